@@ -1,0 +1,171 @@
+package redislock
+
+import (
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock that moves only with Advance. Channel timers fire by
+// a send on their buffered channel, AfterFunc timers by a call in Advance's
+// goroutine (in its own goroutine when armed with a duration <= 0, as
+// time.AfterFunc would).
+type fakeClock struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	now    time.Time
+	timers map[*fakeTimer]struct{}
+	arms   int // channel timers armed so far (NewTimer and Reset)
+}
+
+type fakeTimer struct {
+	c      *fakeClock
+	at     time.Time
+	active bool
+	ch     chan time.Time
+	fn     func()
+}
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), timers: map[*fakeTimer]struct{}{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
+	t := &fakeTimer{c: c, fn: f}
+	t.Reset(d)
+	return t
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.ch != nil {
+		c.arms++
+		c.cond.Broadcast()
+	}
+	if d <= 0 {
+		delete(c.timers, t)
+		t.active = false
+		t.fire(c.now, true)
+		return
+	}
+	t.at, t.active = c.now.Add(d), true
+	c.timers[t] = struct{}{}
+}
+
+func (t *fakeTimer) Stop() {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.active = false
+	delete(t.c.timers, t)
+}
+
+func (t *fakeTimer) fire(now time.Time, async bool) {
+	switch {
+	case t.ch != nil:
+		select {
+		case t.ch <- now:
+		default:
+		}
+	case async:
+		go t.fn()
+	default:
+		t.fn()
+	}
+}
+
+// Advance moves the clock forward by d and fires the timers that are due,
+// in order of their deadlines.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*fakeTimer
+	for t := range c.timers {
+		if !t.at.After(c.now) {
+			due = append(due, t)
+			t.active = false
+			delete(c.timers, t)
+		}
+	}
+	now := c.now
+	c.mu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, t := range due {
+		t.fire(now, false)
+	}
+}
+
+// Arms returns how many times a channel timer has been armed.
+func (c *fakeClock) Arms() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.arms
+}
+
+// WaitArms waits, at most 10 s of real time, until channel timers have been
+// armed at least n times: the watchdog arms its timer each time it has dealt
+// with the previous tick.
+func (c *fakeClock) WaitArms(t testing.TB, n int) {
+	t.Helper()
+	stop := time.AfterFunc(10*time.Second, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.arms < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fake clock: timers armed %d times, waited for %d", c.arms, n)
+		}
+		c.cond.Wait()
+	}
+}
+
+// Step advances the clock to the earliest armed channel timer (the
+// watchdog's), waiting up to 10 s of real time for one to be armed, and then
+// waits until the watchdog has dealt with the tick and armed its timer again.
+func (c *fakeClock) Step(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		var next time.Time
+		for tm := range c.timers {
+			if tm.ch != nil && (next.IsZero() || tm.at.Before(next)) {
+				next = tm.at
+			}
+		}
+		arms, now := c.arms, c.now
+		c.mu.Unlock()
+		if !next.IsZero() {
+			c.Advance(next.Sub(now))
+			c.WaitArms(t, arms+1)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fake clock: no watchdog timer armed within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

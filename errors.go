@@ -1,0 +1,31 @@
+package redislock
+
+import "errors"
+
+// Errors returned by this package; match them with errors.Is.
+var (
+	// ErrLockLost reports that a hold ended because the key no longer holds
+	// our id (deleted, expired, taken by another owner), or because renewals
+	// failed until the lease ran out by our own accounting.
+	ErrLockLost = errors.New("redislock: lock lost")
+	// ErrNotHeld reports that an operation needs a hold this RedisLock does not have.
+	ErrNotHeld = errors.New("redislock: lock not held")
+	// ErrMaxHoldExceeded reports that a hold ended because it reached the
+	// maximum hold time set with WithMaxHold.
+	ErrMaxHoldExceeded = errors.New("redislock: maximum hold time exceeded")
+	// ErrEmptyKey reports an empty lock key.
+	ErrEmptyKey = errors.New("redislock: empty key")
+	// ErrKeyTooLong reports a key longer than MaxKeyLen bytes.
+	ErrKeyTooLong = errors.New("redislock: key too long")
+	// ErrNilStore reports a nil Scripter, or a RedisLock not made by NewRedisLock.
+	ErrNilStore = errors.New("redislock: nil store")
+	// ErrNilContext reports a nil context.Context.
+	ErrNilContext = errors.New("redislock: nil context")
+	// ErrInvalidExpiry reports a duration out of range: a lease (WithExpiry,
+	// SetExpire) outside [MinExpiry, MaxExpiry], or a zero or negative
+	// duration given to an option.
+	ErrInvalidExpiry = errors.New("redislock: invalid expiry")
+	// ErrUnexpectedReply reports a reply from Redis that none of our scripts
+	// gives: a nil, a wrong type, or an out-of-range number.
+	ErrUnexpectedReply = errors.New("redislock: unexpected reply from redis")
+)

@@ -1,0 +1,149 @@
+package redislock
+
+import (
+	"context"
+	"flag"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Verbose() {
+		logx.Disable() // the background logs are asserted through Err, not read
+	}
+	goleak.VerifyTestMain(m, goZeroInitGoroutines...)
+}
+
+// goZeroInitGoroutines are started by go-zero's package init functions and
+// live as long as the process: they are not ours to stop.
+var goZeroInitGoroutines = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/proc.init.1.func1"),
+	goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/stat.init.1.func1"),
+}
+
+// withClock makes the lock use c as its time source.
+func withClock(c clock) Option {
+	return func(o *options) { o.clock = c }
+}
+
+// newMini starts a miniredis and a go-redis client of it.
+func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return mr, c
+}
+
+// spy is a Scripter that counts the calls per script and can fail them.
+type spy struct {
+	next Scripter
+	mu   sync.Mutex
+	// fail, when set, is asked before each call; a non-nil error is
+	// returned instead of running the script.
+	fail  func(script *redis.Script) error
+	reply any            // when set, returned instead of running the script
+	calls map[string]int // by script hash
+	total atomic.Int64
+}
+
+func newSpy(next Scripter) *spy { return &spy{next: next, calls: map[string]int{}} }
+
+func (s *spy) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	s.total.Add(1)
+	s.mu.Lock()
+	s.calls[script.Hash()]++
+	fail, reply := s.fail, s.reply
+	s.mu.Unlock()
+	if fail != nil {
+		if err := fail(script); err != nil {
+			return nil, err
+		}
+	}
+	if reply != nil {
+		return reply, nil
+	}
+	return s.next.ScriptRunCtx(ctx, script, keys, args...)
+}
+
+func (s *spy) count(script *redis.Script) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[script.Hash()]
+}
+
+func (s *spy) setFail(f func(*redis.Script) error) {
+	s.mu.Lock()
+	s.fail = f
+	s.mu.Unlock()
+}
+
+func (s *spy) setReply(reply any) {
+	s.mu.Lock()
+	s.reply = reply
+	s.mu.Unlock()
+}
+
+// replyStore answers every script with the reply and error it is given.
+type replyStore struct {
+	reply any
+	err   error
+}
+
+func (r replyStore) ScriptRunCtx(context.Context, *redis.Script, []string, ...any) (any, error) {
+	return r.reply, r.err
+}
+
+// waitDone waits for ch to close, failing after 10 s of real time.
+func waitDone(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: Done did not close within 10s", what)
+	}
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// holderID returns the owner id of rl's current hold.
+func holderID(rl *RedisLock) string {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cur == nil {
+		return ""
+	}
+	return rl.cur.id
+}
+
+func mustAcquire(t testing.TB, rl *RedisLock) {
+	t.Helper()
+	ok, err := rl.Acquire()
+	if err != nil || !ok {
+		t.Fatalf("Acquire(%q) = %v, %v; want true, nil", rl.Key(), ok, err)
+	}
+}
+
+func mustRelease(t testing.TB, rl *RedisLock) {
+	t.Helper()
+	ok, err := rl.Release()
+	if err != nil || !ok {
+		t.Fatalf("Release(%q) = %v, %v; want true, nil", rl.Key(), ok, err)
+	}
+}

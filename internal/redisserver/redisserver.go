@@ -1,0 +1,134 @@
+// Package redisserver starts real redis-server processes on loopback ports
+// for tests and benchmarks.
+//
+// A binary that is missing skips the test with a message saying what to
+// install, except when the CI environment variable is set: then it fails.
+package redisserver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process that a test started.
+type Server struct {
+	Addr string
+	Port int
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	done chan struct{}
+}
+
+// Binary returns the path of the named binary (redis-server, redis-cli,
+// redis-sentinel), skipping tb when it is missing, or failing it under CI.
+func Binary(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s not found in PATH: install it (Debian: apt-get install redis-server redis-tools redis-sentinel) to run this test", name)
+	if os.Getenv("CI") != "" {
+		tb.Fatal(msg + " (CI is set, so this fails instead of skipping)")
+	}
+	tb.Skip(msg)
+	return ""
+}
+
+// Start starts a redis-server without persistence on a free loopback port,
+// with the DEBUG command enabled, and stops it when tb's test ends. args are
+// more redis-server options, such as "--appendonly", "yes".
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	bin := Binary(tb, "redis-server")
+	var lastErr error
+	for range 5 { // a free port can be taken between probe and bind
+		s, err := start(bin, tb.TempDir(), args)
+		if err == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+		lastErr = err
+	}
+	tb.Fatalf("redisserver: %v", lastErr)
+	return nil
+}
+
+func start(bin, dir string, args []string) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	all := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--dir", dir, "--save", "", "--appendonly", "no",
+		"--enable-debug-command", "yes", "--daemonize", "no",
+	}, args...)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, log: &bytes.Buffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(bin, all...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	if err := s.waitReady(10 * time.Second); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.log.String())
+	}
+	return s, nil
+}
+
+func (s *Server) waitReady(within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(within)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a new go-redis client of the server, closed when tb's test ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the server and waits for it to exit. It may be called more than once.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+	}
+	<-s.done
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,76 @@
+package redislock
+
+import (
+	"fmt"
+	"time"
+)
+
+const (
+	// DefaultExpiry is the lease of a RedisLock made without WithExpiry or
+	// SetExpire. With the watchdog it is renewed every DefaultExpiry/3, so it
+	// is also how long a crashed holder keeps others out.
+	DefaultExpiry = 10 * time.Second
+	// MinExpiry and MaxExpiry bound the lease.
+	MinExpiry = 10 * time.Millisecond
+	MaxExpiry = 24 * time.Hour
+	// MaxKeyLen is the longest key accepted, in bytes.
+	MaxKeyLen = 64 << 10
+)
+
+// An Option configures a RedisLock in NewRedisLock.
+type Option func(*options)
+
+type options struct {
+	expiry   time.Duration
+	maxHold  time.Duration
+	watchdog bool
+	clock    clock
+	err      error
+}
+
+// WithExpiry sets the lease: how long the key lives without renewal. The
+// watchdog renews it every expiry/3. It must lie in [MinExpiry, MaxExpiry];
+// an invalid value is reported as ErrInvalidExpiry by Acquire.
+// SetExpire overrides it.
+func WithExpiry(expiry time.Duration) Option {
+	return func(o *options) { o.expiry = expiry }
+}
+
+// WithMaxHold bounds a hold: once maxHold has passed since the first
+// acquisition, the watchdog stops renewing, the lock is released, and the
+// hold ends with ErrMaxHoldExceeded. By default a hold has no bound.
+func WithMaxHold(maxHold time.Duration) Option {
+	return func(o *options) {
+		if maxHold <= 0 {
+			o.err = fmt.Errorf("%w: WithMaxHold(%v) must be positive", ErrInvalidExpiry, maxHold)
+			return
+		}
+		o.maxHold = maxHold
+	}
+}
+
+// WithoutWatchdog turns lease renewal off, as in go-zero's RedisLock: the key
+// expires one lease after the last acquisition or re-entry, and the hold
+// then ends with ErrLockLost.
+func WithoutWatchdog() Option {
+	return func(o *options) { o.watchdog = false }
+}
+
+// validExpiry checks a lease.
+func validExpiry(d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidExpiry, d)
+	case d < MinExpiry:
+		return fmt.Errorf("%w: %v is shorter than %v", ErrInvalidExpiry, d, MinExpiry)
+	case d > MaxExpiry:
+		return fmt.Errorf("%w: %v is longer than %v", ErrInvalidExpiry, d, MaxExpiry)
+	}
+	return nil
+}
+
+// drift is the safety margin taken off every lease in our own accounting:
+// 1% of the lease for clock drift plus 2ms for timer and scheduling delays.
+func drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}

@@ -1,0 +1,122 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scripter runs a Lua script on Redis. It is the only thing a RedisLock needs
+// from a Redis client.
+//
+// go-zero's *redis.Redis satisfies it as it is; FromGoRedis adapts any go-redis
+// v9 client. Implementations must return the script's reply as go-redis does
+// (int64 for integers, string for status and bulk strings) and run the script
+// with EVALSHA, falling back to EVAL when the server does not know it, as
+// redis.Script.Run does.
+type Scripter interface {
+	ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error)
+}
+
+// FromGoRedis adapts a go-redis v9 client (Client, ClusterClient, Ring, a
+// failover client, or any UniversalClient) to Scripter. It returns nil for a
+// nil client, which NewRedisLock reports as ErrNilStore.
+func FromGoRedis(c redis.Scripter) Scripter {
+	if isNil(c) {
+		return nil
+	}
+	return goRedis{c: c}
+}
+
+type goRedis struct{ c redis.Scripter }
+
+func (g goRedis) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return script.Run(ctx, g.c, keys, args...).Result()
+}
+
+var (
+	//go:embed acquire.lua
+	acquireSource string
+	//go:embed extend.lua
+	extendSource string
+	//go:embed release.lua
+	releaseSource string
+	//go:embed ttl.lua
+	ttlSource string
+
+	acquireScript = redis.NewScript(acquireSource)
+	extendScript  = redis.NewScript(extendSource)
+	releaseScript = redis.NewScript(releaseSource)
+	ttlScript     = redis.NewScript(ttlSource)
+)
+
+// run runs script on the lock's key and keeps redis.Nil from callers: none of
+// our scripts replies nil, so a nil reply is garbage.
+func (rl *RedisLock) run(ctx context.Context, script *redis.Script, args ...any) (any, error) {
+	reply, err := rl.store.ScriptRunCtx(ctx, script, rl.keys, args...)
+	if errors.Is(err, redis.Nil) || (err == nil && reply == nil) {
+		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
+	}
+	return reply, err
+}
+
+// runInt runs a script whose reply is an integer.
+func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, args ...any) (int64, error) {
+	reply, err := rl.run(ctx, script, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+	}
+	return n, nil
+}
+
+// extend verifies that id owns the key and refreshes its lease. It reports
+// false, nil when the key does not hold id: a definite loss.
+func (rl *RedisLock) extend(ctx context.Context, id string, leaseMs int64) (bool, error) {
+	n, err := rl.runInt(ctx, extendScript, id, leaseMs)
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case 0:
+		return false, nil
+	case 1:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: extend replied %d", ErrUnexpectedReply, n)
+}
+
+// release deletes the key if id owns it and reports whether it did.
+func (rl *RedisLock) release(ctx context.Context, id string) (bool, error) {
+	n, err := rl.runInt(ctx, releaseScript, id)
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case 0:
+		return false, nil
+	case 1:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: release replied %d", ErrUnexpectedReply, n)
+}
+
+// isNil reports whether v is nil or a nil pointer, map, func or the like in an
+// interface, so that a typed nil client is an error rather than a panic.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
