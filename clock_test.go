@@ -8,9 +8,8 @@ import (
 )
 
 // fakeClock is a clock that moves only with Advance. Channel timers fire by
-// a send on their buffered channel, AfterFunc timers by a call in Advance's
-// goroutine (in its own goroutine when armed with a duration <= 0, as
-// time.AfterFunc would).
+// a send on their buffered channel, AfterFunc timers by a call in a
+// goroutine of their own, as with package time.
 type fakeClock struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -64,7 +63,7 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	if d <= 0 {
 		delete(c.timers, t)
 		t.active = false
-		t.fire(c.now, true)
+		t.fire(c.now)
 		return
 	}
 	t.at, t.active = c.now.Add(d), true
@@ -78,17 +77,14 @@ func (t *fakeTimer) Stop() {
 	delete(t.c.timers, t)
 }
 
-func (t *fakeTimer) fire(now time.Time, async bool) {
-	switch {
-	case t.ch != nil:
-		select {
-		case t.ch <- now:
-		default:
-		}
-	case async:
+func (t *fakeTimer) fire(now time.Time) {
+	if t.ch == nil {
 		go t.fn()
+		return
+	}
+	select {
+	case t.ch <- now:
 	default:
-		t.fn()
 	}
 }
 
@@ -109,7 +105,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
 	for _, t := range due {
-		t.fire(now, false)
+		t.fire(now)
 	}
 }
 
@@ -142,19 +138,26 @@ func (c *fakeClock) WaitArms(t testing.TB, n int) {
 	}
 }
 
-// Step advances the clock to the earliest armed channel timer (the
-// watchdog's), waiting up to 10 s of real time for one to be armed, and then
-// waits until the watchdog has dealt with the tick and armed its timer again.
+// Step advances the clock to the watchdog's next duty and waits until the
+// watchdog has dealt with it and armed its timer again. The next duty is the
+// earliest channel timer (the watchdog's own), or before the watchdog runs,
+// the earliest AfterFunc timer (the one that starts it).
 func (c *fakeClock) Step(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c.mu.Lock()
-		var next time.Time
+		var next, nextFunc time.Time
 		for tm := range c.timers {
-			if tm.ch != nil && (next.IsZero() || tm.at.Before(next)) {
+			switch {
+			case tm.ch != nil && (next.IsZero() || tm.at.Before(next)):
 				next = tm.at
+			case tm.ch == nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
+				nextFunc = tm.at
 			}
+		}
+		if next.IsZero() { // the watchdog has not started: its starting timer
+			next = nextFunc
 		}
 		arms, now := c.arms, c.now
 		c.mu.Unlock()
@@ -164,7 +167,7 @@ func (c *fakeClock) Step(t testing.TB) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("fake clock: no watchdog timer armed within 10s")
+			t.Fatal("fake clock: no timer armed within 10s")
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
+	zredis "github.com/zeromicro/go-zero/core/stores/redis"
 	"go.uber.org/goleak"
 )
 
@@ -27,6 +28,13 @@ func TestMain(m *testing.M) {
 var goZeroInitGoroutines = []goleak.Option{
 	goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/proc.init.1.func1"),
 	goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/stat.init.1.func1"),
+}
+
+// goZeroStore returns go-zero's store for addr. DisableIdentity skips the
+// CLIENT SETINFO handshake, which Redis before 7.2 refuses and go-zero's
+// circuit breaker would count as a failure on every new connection.
+func goZeroStore(addr string) *zredis.Redis {
+	return zredis.MustNewRedis(zredis.RedisConf{Host: addr, Type: zredis.NodeType, DisableIdentity: true})
 }
 
 // withClock makes the lock use c as its time source.

@@ -77,10 +77,13 @@ type hold struct {
 	done    chan struct{} // closed when the hold ends
 	stopped chan struct{} // closed when the watchdog goroutine has returned
 	timer   timer         // fires at until: the lease ran out
+	wake    timer         // starts the watchdog when its first duty is due
+	unbind  func() bool   // stops the context.AfterFunc on parent
 
 	// Guarded by RedisLock.mu.
 	until    time.Time // when the lease ends by our own accounting
 	lastErr  error     // the latest renewal failure, since the last success
+	watching bool      // the watchdog goroutine has started
 	stopping bool      // Release has asked the watchdog to stop
 	ended    bool
 	err      error // why it ended; nil after a normal release
@@ -236,9 +239,15 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, er
 	}
 	rl.mu.Lock()
 	rl.cur, rl.owed = h, 1
-	h.timer = rl.clock.AfterFunc(h.until.Sub(rl.clock.Now()), func() { rl.leaseRanOut(h) })
+	now := rl.clock.Now()
+	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
+	if first := rl.firstDuty(h); !first.IsZero() {
+		h.wake = rl.clock.AfterFunc(first.Sub(now), func() { rl.startWatch(h) })
+	}
+	if ctx.Done() != nil {
+		h.unbind = context.AfterFunc(ctx, func() { rl.startWatch(h) })
+	}
 	rl.mu.Unlock()
-	go rl.watch(h)
 	return true, nil
 }
 
@@ -311,8 +320,12 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	// The last hold: stop the watchdog, wait for it, then delete the key.
 	h.stopping = true
 	h.cancel()
+	h.disarmLocked()
+	watching := h.watching
 	rl.mu.Unlock()
-	<-h.stopped
+	if watching {
+		<-h.stopped
+	}
 
 	rl.mu.Lock()
 	if h.ended { // ended while stopping: holding context, loss, maximum hold
@@ -419,12 +432,23 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	}
 	h.ended, h.err = true, cause
 	h.timer.Stop()
+	h.disarmLocked()
 	h.cancel()
 	close(h.done)
 	if cause != nil {
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
 	}
 	return cause
+}
+
+// disarmLocked stops what would start the watchdog. The caller holds rl.mu.
+func (h *hold) disarmLocked() {
+	if h.wake != nil {
+		h.wake.Stop()
+	}
+	if h.unbind != nil {
+		h.unbind()
+	}
 }
 
 // extendedLocked records a successful acquisition or renewal sent at sent.

@@ -97,7 +97,7 @@ func TestReentryRefreshesLease(t *testing.T) {
 
 func TestGoZeroInterop(t *testing.T) {
 	mr, _ := newMini(t)
-	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType})
+	store := goZeroStore(mr.Addr())
 	theirs := zredis.NewRedisLock(store, "shared")
 	theirs.SetExpire(5)
 	ours := NewRedisLock(store, "shared") // go-zero's store, as it is

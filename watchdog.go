@@ -8,11 +8,41 @@ import (
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
-// watch is the goroutine that looks after one hold from its first
-// acquisition to its end: it renews the lease every lease/3 (unless
-// WithoutWatchdog), ends the hold at the maximum hold, and releases the lock
-// when the holding context ends. It owns h.stopped; stopping it is h.cancel
-// and then a wait on h.stopped, so nothing it does outlives that wait.
+// firstDuty returns when the watchdog of h has its first work: the first
+// renewal, or the maximum hold; zero when it has none (no watchdog, no
+// maximum hold), and then only the end of the holding context starts it.
+func (rl *RedisLock) firstDuty(h *hold) time.Time {
+	var at time.Time
+	if rl.watchdog {
+		at = h.started.Add(h.lease / 3)
+	}
+	if rl.maxHold > 0 {
+		if maxAt := h.started.Add(rl.maxHold); at.IsZero() || maxAt.Before(at) {
+			at = maxAt
+		}
+	}
+	return at
+}
+
+// startWatch runs the watchdog of h in the calling goroutine (a timer's or
+// context.AfterFunc's), unless it runs already or h is stopping or over.
+// A hold released before its first duty never starts a goroutine.
+func (rl *RedisLock) startWatch(h *hold) {
+	rl.mu.Lock()
+	if h.watching || h.stopping || h.ended {
+		rl.mu.Unlock()
+		return
+	}
+	h.watching = true
+	rl.mu.Unlock()
+	rl.watch(h)
+}
+
+// watch looks after one hold until it ends: it renews the lease every
+// lease/3 (unless WithoutWatchdog), ends the hold at the maximum hold, and
+// releases the lock when the holding context ends. It owns h.stopped;
+// stopping it is h.cancel and then a wait on h.stopped, so nothing it does
+// outlives that wait.
 //
 // Loss by a lease that ran out is not its job: h.timer ends the hold at the
 // deadline even while a renewal is stuck in the network, because go-redis
@@ -32,6 +62,35 @@ func (rl *RedisLock) watch(h *hold) {
 	}()
 
 	for {
+		if h.ctx.Err() != nil {
+			rl.stopWatching(h)
+			return
+		}
+		now := rl.clock.Now()
+		if rl.maxHold > 0 && !now.Before(maxAt) {
+			rl.finish(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
+			return
+		}
+		if rl.watchdog && !now.Before(nextRenew) {
+			ok, err := rl.renew(h, now)
+			switch {
+			case err == nil && ok:
+				failures = 0
+				nextRenew = now.Add(interval)
+			case err == nil: // definite loss, or the hold ended meanwhile
+				return
+			case h.ctx.Err() != nil: // stopped, or the holding context ended
+			default:
+				failures++
+				backoff := retryBackoff(interval, failures)
+				nextRenew = now.Add(backoff)
+				logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %v",
+					rl.key, h.id, failures, backoff, err)
+			}
+			continue
+		}
+
+		// Nothing due: sleep until the next duty or the end of the context.
 		var wake time.Time
 		if rl.watchdog {
 			wake = nextRenew
@@ -41,46 +100,16 @@ func (rl *RedisLock) watch(h *hold) {
 		}
 		var tick <-chan time.Time
 		if !wake.IsZero() {
-			d := wake.Sub(rl.clock.Now())
-			if t == nil {
+			if d := wake.Sub(now); t == nil {
 				t = rl.clock.NewTimer(d)
 			} else {
 				t.Reset(d)
 			}
 			tick = t.C()
 		}
-
 		select {
 		case <-h.ctx.Done():
-			rl.stopWatching(h)
-			return
 		case <-tick:
-		}
-
-		now := rl.clock.Now()
-		if rl.maxHold > 0 && !now.Before(maxAt) {
-			rl.finish(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-			return
-		}
-		if !rl.watchdog || now.Before(nextRenew) {
-			continue
-		}
-
-		ok, err := rl.renew(h, now)
-		switch {
-		case err == nil && ok:
-			failures = 0
-			nextRenew = now.Add(interval)
-		case err == nil: // definite loss, or the hold ended meanwhile
-			return
-		case h.ctx.Err() != nil:
-			// Stopped or the holding context ended: the select says which.
-		default:
-			failures++
-			backoff := retryBackoff(interval, failures)
-			nextRenew = now.Add(backoff)
-			logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %v",
-				rl.key, h.id, failures, backoff, err)
 		}
 	}
 }

@@ -1,0 +1,236 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// Benchmarks against a real redis-server that they start. Each pair runs our
+// lock and, as the baseline, the same round trips done with raw go-redis
+// EVALSHA of the classic scripts, on the same server and client.
+
+var (
+	rawAcquire = redis.NewScript(`return redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])`)
+	rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+	rawExtend  = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end return 0`)
+)
+
+func benchClient(b *testing.B) *redis.Client {
+	srv := redisserver.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for _, s := range []*redis.Script{rawAcquire, rawRelease, rawExtend, acquireScript, extendScript, releaseScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
+// rawPair is one acquire+release with raw go-redis EVALSHA.
+func rawPair(ctx context.Context, c *redis.Client, keys []string, id string) error {
+	if err := c.EvalSha(ctx, rawAcquire.Hash(), keys, id, 10000).Err(); err != nil {
+		return err
+	}
+	return c.EvalSha(ctx, rawRelease.Hash(), keys, id).Err()
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.Run("impl=raw-evalsha", func(b *testing.B) {
+		b.ReportAllocs()
+		keys := []string{"bench:raw"}
+		for i := 0; i < b.N; i++ {
+			if err := rawPair(ctx, c, keys, "fixed-owner-id-0123456789"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=redislock", func(b *testing.B) {
+		b.ReportAllocs()
+		rl := NewRedisLock(FromGoRedis(c), "bench:ours")
+		for i := 0; i < b.N; i++ {
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}
+
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.Run("impl=raw-evalsha", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			keys := []string{"bench:raw:" + strconv.FormatInt(n.Add(1), 10)}
+			for pb.Next() {
+				if err := rawPair(ctx, c, keys, "fixed-owner-id-0123456789"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("impl=redislock", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			rl := NewRedisLock(FromGoRedis(c), "bench:ours:"+strconv.FormatInt(n.Add(1), 10))
+			for pb.Next() {
+				if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+					b.Error(ok, err)
+					return
+				}
+				if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+					b.Error(ok, err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkReentry is one nested acquire+release on a held lock: one round
+// trip (ownership check and lease refresh), against one raw EVALSHA.
+func BenchmarkReentry(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.Run("impl=raw-evalsha", func(b *testing.B) {
+		b.ReportAllocs()
+		keys := []string{"bench:raw-reentry"}
+		if err := c.Set(ctx, keys[0], "owner", time.Minute).Err(); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			if err := c.EvalSha(ctx, rawExtend.Hash(), keys, "owner", 60000).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=redislock", func(b *testing.B) {
+		b.ReportAllocs()
+		rl := NewRedisLock(FromGoRedis(c), "bench:reentry", WithExpiry(time.Minute))
+		if ok, err := rl.Acquire(); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		defer rl.Release()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}
+
+// BenchmarkHeldLocks holds 1,000 locks with the watchdog running for four
+// renewal intervals and reports what that costs: Redis commands per renewal
+// interval, goroutines and heap bytes per held lock.
+func BenchmarkHeldLocks(b *testing.B) {
+	const locks = 1000
+	const lease = 1500 * time.Millisecond
+	interval := lease / 3
+	c := benchClient(b)
+	warmPool(b, c)
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		g0 := runtime.NumGoroutine()
+
+		held := make([]*RedisLock, locks)
+		for j := range held {
+			held[j] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("held:%d", j), WithExpiry(lease))
+			if ok, err := held[j].Acquire(); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		g1 := runtime.NumGoroutine()
+
+		// After one renewal interval every watchdog has started; measure
+		// memory then, and count renewals over the next four intervals.
+		time.Sleep(interval + interval/2)
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		g2 := runtime.NumGoroutine()
+		c0 := commandCalls(b, c, "evalsha")
+		time.Sleep(4 * interval)
+		c1 := commandCalls(b, c, "evalsha")
+
+		for _, rl := range held {
+			if isClosed(rl.Done()) {
+				b.Fatalf("%s lost: %v", rl.Key(), rl.Err())
+			}
+			if ok, err := rl.Release(); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		b.ReportMetric(float64(c1-c0)/4, "evalsha/interval")
+		b.ReportMetric(float64(g1-g0)/locks, "goroutines/lock-before-renewal")
+		b.ReportMetric(float64(g2-g0)/locks, "goroutines/lock")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/locks, "heapB/lock")
+		b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/locks, "stackB/lock")
+	}
+}
+
+// warmPool grows the client's connection pool to its full size, so that the
+// memory of its connections is not counted as the locks'.
+func warmPool(b *testing.B, c *redis.Client) {
+	var wg sync.WaitGroup
+	for g := 0; g < 2*c.Options().PoolSize; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				if err := c.Do(context.Background(), "DEBUG", "SLEEP", "0").Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// commandCalls reads how many times the server ran cmd, from INFO
+// commandstats (a line such as cmdstat_evalsha:calls=12,usec=...).
+func commandCalls(b *testing.B, c *redis.Client, cmd string) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}

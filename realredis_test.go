@@ -1,0 +1,217 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	zredis "github.com/zeromicro/go-zero/core/stores/redis"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// These tests run against a real redis-server that they start on a free
+// loopback port. They sleep in real time where the scenario is about real
+// time, but assert outcomes and order, never durations.
+
+func TestRealWatchdogKeepsShortLease(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	rl := NewRedisLock(FromGoRedis(c), "short-lease", WithExpiry(300*time.Millisecond))
+	mustAcquire(t, rl)
+	id := holderID(rl)
+
+	// 3 s of real time under a 300 ms lease: check the key every 50 ms.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		v, err := admin.Get(context.Background(), "short-lease").Result()
+		if err != nil || v != id {
+			t.Fatalf("key = %q, %v; want our id while the watchdog runs", v, err)
+		}
+		if isClosed(rl.Done()) {
+			t.Fatalf("hold ended: %v", rl.Err())
+		}
+	}
+	mustRelease(t, rl)
+	if n := admin.Exists(context.Background(), "short-lease").Val(); n != 0 {
+		t.Fatal("key kept after Release")
+	}
+}
+
+func TestRealClientKillDoesNotLoseLock(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	rl := NewRedisLock(FromGoRedis(c), "killed", WithExpiry(time.Second))
+	mustAcquire(t, rl)
+	ctx := context.Background()
+	killed := int64(0)
+	for i := 0; i < 5; i++ {
+		n, err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(400 * time.Millisecond) // more than a renewal interval
+	}
+	if killed == 0 {
+		t.Fatal("CLIENT KILL found no connection to kill")
+	}
+	if isClosed(rl.Done()) {
+		t.Fatalf("hold ended after %d connections were killed: %v", killed, rl.Err())
+	}
+	if v := admin.Get(ctx, "killed").Val(); v != holderID(rl) {
+		t.Fatalf("key = %q, want our id", v)
+	}
+	mustRelease(t, rl)
+}
+
+func TestRealDebugSleepShorterThanLease(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	s := newSpy(FromGoRedis(c))
+	rl := NewRedisLock(s, "sleepy", WithExpiry(time.Second))
+	mustAcquire(t, rl)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		before := s.count(extendScript)
+		if err := admin.Do(ctx, "DEBUG", "SLEEP", "0.5").Err(); err != nil {
+			t.Fatalf("DEBUG SLEEP: %v", err)
+		}
+		for s.count(extendScript) < before+2 { // the renewals go on after it
+			if isClosed(rl.Done()) {
+				t.Fatalf("hold ended by a 0.5s server pause under a 1s lease: %v", rl.Err())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if isClosed(rl.Done()) {
+		t.Fatalf("hold ended: %v", rl.Err())
+	}
+	if v := admin.Get(ctx, "sleepy").Val(); v != holderID(rl) {
+		t.Fatalf("key = %q, want our id", v)
+	}
+	mustRelease(t, rl)
+}
+
+func TestRealKeyDeletedClosesDoneAtNextRenewal(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	var afterDelete atomic.Int64
+	var deleted atomic.Bool
+	s := newSpy(FromGoRedis(c))
+	s.setFail(func(script *redis.Script) error {
+		if script == extendScript && deleted.Load() {
+			afterDelete.Add(1)
+		}
+		return nil
+	})
+	rl := NewRedisLock(s, "deleted", WithExpiry(300*time.Millisecond))
+	mustAcquire(t, rl)
+	for s.count(extendScript) < 2 { // the watchdog is under way
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := admin.Del(context.Background(), "deleted").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted.Store(true)
+	start := time.Now()
+	waitDone(t, rl.Done(), "key deleted from outside")
+	elapsed := time.Since(start)
+	if !errors.Is(rl.Err(), ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", rl.Err())
+	}
+	// Within one renewal interval: the first renewal sent after the delete
+	// found it (the count is of renewals sent after the delete).
+	if n := afterDelete.Load(); n != 1 {
+		t.Fatalf("%d renewals after the delete before Done closed, want 1", n)
+	}
+	t.Logf("Done closed %v after the delete (renewal interval 100ms)", elapsed)
+	if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+}
+
+func TestRealContentionNeverOverlaps(t *testing.T) {
+	srv := redisserver.Start(t)
+	goRedis := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	t.Cleanup(func() { _ = goRedis.Close() })
+	goZero := goZeroStore(srv.Addr)
+
+	const workers, total = 16, 2000
+	var (
+		taken, overlaps, inside atomic.Int64
+		wg                      sync.WaitGroup
+		errs                    = make(chan error, workers)
+	)
+	for w := 0; w < workers; w++ {
+		var store Scripter = FromGoRedis(goRedis)
+		if w%2 == 1 {
+			store = goZero // half the workers through go-zero's store
+		}
+		rl := NewRedisLock(store, "contended", WithExpiry(2*time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for taken.Load() < total {
+				ok, err := rl.Acquire()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !ok {
+					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+					continue
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				taken.Add(1)
+				inside.Add(-1)
+				if ok, err := rl.Release(); !ok || err != nil {
+					errs <- errors.Join(errors.New("release failed"), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlapping holds", overlaps.Load())
+	}
+	if taken.Load() < total {
+		t.Fatalf("%d acquisitions, want %d", taken.Load(), total)
+	}
+	t.Logf("%d acquisitions by %d workers, 0 overlaps", taken.Load(), workers)
+}
+
+func TestRealGoZeroInterop(t *testing.T) {
+	srv := redisserver.Start(t)
+	store := goZeroStore(srv.Addr)
+	theirs := zredis.NewRedisLock(store, "interop")
+	theirs.SetExpire(2)
+	ours := NewRedisLock(FromGoRedis(srv.Client(t)), "interop")
+	for round := 0; round < 3; round++ {
+		mustAcquire(t, ours)
+		if ok, err := theirs.Acquire(); ok || err != nil {
+			t.Fatalf("go-zero while we hold: %v, %v", ok, err)
+		}
+		mustRelease(t, ours)
+		if ok, err := theirs.Acquire(); !ok || err != nil {
+			t.Fatalf("go-zero after release: %v, %v", ok, err)
+		}
+		if ok, err := ours.Acquire(); ok || err != nil {
+			t.Fatalf("ours while go-zero holds: %v, %v", ok, err)
+		}
+		if ok, err := theirs.Release(); !ok || err != nil {
+			t.Fatalf("go-zero release: %v, %v", ok, err)
+		}
+	}
+}
