@@ -3,7 +3,7 @@ module github.com/redislock/redislock
 go 1.24.0
 
 require (
-	github.com/alicebob/miniredis/v2 v2.38.0
+	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/zeromicro/go-zero v1.10.3
 	go.uber.org/goleak v1.3.0

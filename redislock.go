@@ -11,6 +11,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -435,8 +436,11 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	h.disarmLocked()
 	h.cancel()
 	close(h.done)
-	if cause != nil {
+	switch {
+	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
+	case cause != nil: // the holding context ended: the holder asked for it
+		logx.Infof("redislock: hold of %q (owner %s) ended with its context: %v", rl.key, h.id, cause)
 	}
 	return cause
 }
