@@ -12,7 +12,6 @@ import (
 // goroutine of their own, as with package time.
 type fakeClock struct {
 	mu     sync.Mutex
-	cond   *sync.Cond
 	now    time.Time
 	timers map[*fakeTimer]struct{}
 	arms   int // channel timers armed so far (NewTimer and Reset)
@@ -27,9 +26,7 @@ type fakeTimer struct {
 }
 
 func newFakeClock() *fakeClock {
-	c := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), timers: map[*fakeTimer]struct{}{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
+	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), timers: map[*fakeTimer]struct{}{}}
 }
 
 func (c *fakeClock) Now() time.Time {
@@ -58,7 +55,6 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	defer c.mu.Unlock()
 	if t.ch != nil {
 		c.arms++
-		c.cond.Broadcast()
 	}
 	if d <= 0 {
 		delete(c.timers, t)
@@ -116,59 +112,66 @@ func (c *fakeClock) Arms() int {
 	return c.arms
 }
 
-// WaitArms waits, at most 10 s of real time, until channel timers have been
-// armed at least n times: the watchdog arms its timer each time it has dealt
-// with the previous tick.
-func (c *fakeClock) WaitArms(t testing.TB, n int) {
-	t.Helper()
-	stop := time.AfterFunc(10*time.Second, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer stop.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.arms < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fake clock: timers armed %d times, waited for %d", c.arms, n)
+// nextDutyLocked returns when the watchdog has its next duty: the earliest
+// channel timer (the watchdog's own), or before the watchdog runs, the
+// earliest AfterFunc timer (the one that starts it); zero if none is armed.
+func (c *fakeClock) nextDutyLocked() time.Time {
+	var next, nextFunc time.Time
+	for tm := range c.timers {
+		switch {
+		case tm.ch != nil && (next.IsZero() || tm.at.Before(next)):
+			next = tm.at
+		case tm.ch == nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
+			nextFunc = tm.at
 		}
-		c.cond.Wait()
 	}
+	if next.IsZero() {
+		return nextFunc
+	}
+	return next
 }
 
 // Step advances the clock to the watchdog's next duty and waits until the
-// watchdog has dealt with it and armed its timer again. The next duty is the
-// earliest channel timer (the watchdog's own), or before the watchdog runs,
-// the earliest AfterFunc timer (the one that starts it).
+// watchdog has dealt with it and armed its timer again.
 func (c *fakeClock) Step(t testing.TB) {
 	t.Helper()
+	if c.StepOr(t, nil) {
+		t.Fatal("fake clock: Step ended without the watchdog arming its timer")
+	}
+}
+
+// StepOr is Step that also returns, reporting true, when done closes: the
+// hold ended and the watchdog will arm no timer again. It waits at most
+// 10 s of real time in all.
+func (c *fakeClock) StepOr(t testing.TB, done <-chan struct{}) bool {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c.mu.Lock()
-		var next, nextFunc time.Time
-		for tm := range c.timers {
-			switch {
-			case tm.ch != nil && (next.IsZero() || tm.at.Before(next)):
-				next = tm.at
-			case tm.ch == nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
-				nextFunc = tm.at
-			}
-		}
-		if next.IsZero() { // the watchdog has not started: its starting timer
-			next = nextFunc
-		}
-		arms, now := c.arms, c.now
-		c.mu.Unlock()
-		if !next.IsZero() {
-			c.Advance(next.Sub(now))
-			c.WaitArms(t, arms+1)
-			return
-		}
+	wait := func(what string) {
 		if time.Now().After(deadline) {
-			t.Fatal("fake clock: no timer armed within 10s")
+			t.Fatalf("fake clock: %s within 10s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
+	armed := 0
+	for {
+		if done != nil && isClosed(done) {
+			return true
+		}
+		c.mu.Lock()
+		next, now := c.nextDutyLocked(), c.now
+		armed = c.arms
+		c.mu.Unlock()
+		if !next.IsZero() {
+			c.Advance(next.Sub(now))
+			break
+		}
+		wait("no timer armed")
+	}
+	for c.Arms() <= armed {
+		if done != nil && isClosed(done) {
+			return true
+		}
+		wait("the watchdog did not act")
+	}
+	return false
 }

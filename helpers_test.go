@@ -51,6 +51,24 @@ func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	return mr, c
 }
 
+// watched is a lock held once on miniredis, with a 3 s lease, a fake clock
+// and a spy between it and Redis.
+type watched struct {
+	mr  *miniredis.Miniredis
+	clk *fakeClock
+	spy *spy
+	rl  *RedisLock
+}
+
+func newWatched(t *testing.T, key string, opts ...Option) watched {
+	t.Helper()
+	mr, c := newMini(t)
+	w := watched{mr: mr, clk: newFakeClock(), spy: newSpy(FromGoRedis(c))}
+	w.rl = NewRedisLock(w.spy, key, append([]Option{WithExpiry(3 * time.Second), withClock(w.clk)}, opts...)...)
+	mustAcquire(t, w.rl)
+	return w
+}
+
 // spy is a Scripter that counts the calls per script and can fail them.
 type spy struct {
 	next Scripter

@@ -310,8 +310,11 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 		return false, nil
 	case h.ended:
 		rl.owed--
-		err := h.err
+		err, watching := h.err, h.watching
 		rl.mu.Unlock()
+		if watching { // it was cancelled when the hold ended; let it finish
+			<-h.stopped
+		}
 		return false, err
 	case rl.owed > 1:
 		rl.owed--

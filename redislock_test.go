@@ -159,11 +159,8 @@ func TestSetExpireKeepsGoZeroArithmetic(t *testing.T) {
 }
 
 func TestWatchdogRenewsAcrossFastForward(t *testing.T) {
-	mr, c := newMini(t)
-	clk := newFakeClock()
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "long", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "long")
+	mr, clk, s, rl := w.mr, w.clk, w.spy, w.rl
 
 	for i := 0; i < 10; i++ { // 10 s of Redis time under a 3 s lease
 		clk.Step(t)
@@ -211,10 +208,8 @@ func TestLossIsReportedAndNeverRetaken(t *testing.T) {
 		{"not a string", func(mr *miniredis.Miniredis) { mr.Del("k"); mr.HSet("k", "f", "v") }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mr, c := newMini(t)
-			clk := newFakeClock()
-			rl := NewRedisLock(FromGoRedis(c), "k", WithExpiry(3*time.Second), withClock(clk))
-			mustAcquire(t, rl)
+			w := newWatched(t, "k")
+			mr, clk, rl := w.mr, w.clk, w.rl
 			mustAcquire(t, rl) // two holds owed
 			done := rl.Done()
 
@@ -270,10 +265,8 @@ func TestReentryDetectsLoss(t *testing.T) {
 }
 
 func TestMaxHold(t *testing.T) {
-	mr, c := newMini(t)
-	clk := newFakeClock()
-	rl := NewRedisLock(FromGoRedis(c), "k", WithExpiry(3*time.Second), WithMaxHold(5*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "k", WithMaxHold(5*time.Second))
+	mr, clk, rl := w.mr, w.clk, w.rl
 	for i := 0; i < 4; i++ { // renewals at 1s..4s keep it
 		clk.Step(t)
 		mr.FastForward(time.Second)
@@ -353,11 +346,8 @@ func TestAcquireWithEndedContext(t *testing.T) {
 var netErr error = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 
 func TestTransientRenewalFailuresAreRetried(t *testing.T) {
-	mr, c := newMini(t)
-	clk := newFakeClock()
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "k")
+	mr, clk, s, rl := w.mr, w.clk, w.spy, w.rl
 
 	var failed atomic.Int64
 	s.setFail(func(script *redis.Script) error {
@@ -388,31 +378,33 @@ func TestTransientRenewalFailuresAreRetried(t *testing.T) {
 }
 
 func TestRenewalFailingUntilDeadlineIsLoss(t *testing.T) {
-	mr, c := newMini(t)
-	clk := newFakeClock()
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "k")
+	mr, clk, s, rl := w.mr, w.clk, w.spy, w.rl
 	s.setFail(func(script *redis.Script) error { return netErr })
 
-	start := clk.Now()
-	for !isClosed(rl.Done()) {
-		if clk.Now().Sub(start) > 3*time.Second {
-			t.Fatalf("still held %v after the last renewal, lease 3s", clk.Now().Sub(start))
+	// Step from renewal attempt to renewal attempt until the hold ends; it
+	// must not end before the validity deadline of the acquisition.
+	deadline := clk.Now().Add(3*time.Second - drift(3*time.Second))
+	for {
+		now, lost := clk.Now(), isClosed(rl.Done())
+		if lost && now.Before(deadline) {
+			t.Fatalf("loss declared at %v, before the deadline %v", now, deadline)
 		}
-		clk.Advance(50 * time.Millisecond)
-		time.Sleep(time.Millisecond) // let the watchdog run its retries
+		if lost {
+			break
+		}
+		if now.After(deadline.Add(time.Second)) {
+			t.Fatalf("still held at %v, past the deadline %v", now, deadline)
+		}
+		clk.StepOr(t, rl.Done())
 	}
 	err := rl.Err()
 	var ne net.Error
 	if !errors.Is(err, ErrLockLost) || !errors.As(err, &ne) {
 		t.Fatalf("Err = %v; want ErrLockLost wrapping the network error", err)
 	}
-	if lived := clk.Now().Sub(start); lived < 3*time.Second-drift(3*time.Second)-time.Second/8 {
-		t.Fatalf("loss declared after %v, before the lease could have run out", lived)
-	}
-	if s.count(extendScript) < 2 {
-		t.Fatalf("renewal tried %d times, want retries", s.count(extendScript))
+	if n := s.count(extendScript); n < 5 { // at 1s, then +lease/24, /12, /6, /6...
+		t.Fatalf("renewal tried %d times, want the retries", n)
 	}
 	if v, _ := mr.Get("k"); v != holderID(rl) {
 		t.Fatal("the key was touched while Redis was unreachable")
@@ -420,13 +412,14 @@ func TestRenewalFailingUntilDeadlineIsLoss(t *testing.T) {
 }
 
 func TestNothingRenewsAfterRelease(t *testing.T) {
-	_, c := newMini(t)
-	clk := newFakeClock()
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
-	clk.Step(t)
+	w := newWatched(t, "k")
+	clk, s, rl := w.clk, w.spy, w.rl
+	clk.Step(t) // the watchdog runs
+	h := rl.cur
 	mustRelease(t, rl)
+	if !isClosed(h.stopped) {
+		t.Fatal("Release returned before the watchdog goroutine did")
+	}
 	calls := s.total.Load()
 	for i := 0; i < 10; i++ {
 		clk.Advance(time.Second)
@@ -438,11 +431,8 @@ func TestNothingRenewsAfterRelease(t *testing.T) {
 }
 
 func TestReleaseWhenRedisUnreachable(t *testing.T) {
-	mr, c := newMini(t)
-	clk := newFakeClock()
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "k")
+	mr, clk, s, rl := w.mr, w.clk, w.spy, w.rl
 	s.setFail(func(*redis.Script) error { return netErr })
 	ok, err := rl.Release()
 	if ok || !errors.Is(err, netErr) {
@@ -650,11 +640,8 @@ func TestGarbageReplies(t *testing.T) {
 		})
 	}
 	// A hold whose renewal, TTL and release get garbage.
-	_, c := newMini(t)
-	s := newSpy(FromGoRedis(c))
-	clk := newFakeClock()
-	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
-	mustAcquire(t, rl)
+	w := newWatched(t, "k")
+	s, rl := w.spy, w.rl
 	s.setReply("garbage") // no script replies a bulk string there
 	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrUnexpectedReply) {
 		t.Fatalf("TTL with garbage = %v", err)
@@ -664,5 +651,45 @@ func TestGarbageReplies(t *testing.T) {
 	}
 	if ok, err := rl.Release(); ok || !errors.Is(err, ErrUnexpectedReply) {
 		t.Fatalf("Release with garbage = %v, %v", ok, err)
+	}
+}
+
+func TestReleaseAfterLossWaitsForStuckRenewal(t *testing.T) {
+	w := newWatched(t, "k")
+	clk, s, rl := w.clk, w.spy, w.rl
+	unblock := make(chan struct{})
+	s.setFail(func(script *redis.Script) error {
+		if script == extendScript {
+			<-unblock // a renewal stuck in the network
+			return netErr
+		}
+		return nil
+	})
+	clk.Advance(time.Second) // the first renewal starts, and sticks
+	for s.count(extendScript) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(2 * time.Second) // past the validity deadline
+	waitDone(t, rl.Done(), "lease ran out during a stuck renewal")
+	if !errors.Is(rl.Err(), ErrLockLost) {
+		t.Fatalf("Err = %v", rl.Err())
+	}
+	h := rl.cur
+	released := make(chan error, 1)
+	go func() {
+		_, err := rl.Release()
+		released <- err
+	}()
+	select {
+	case <-released:
+		t.Fatal("Release returned while the watchdog was still in a renewal")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(unblock)
+	if err := <-released; !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release: %v, want ErrLockLost", err)
+	}
+	if !isClosed(h.stopped) {
+		t.Fatal("Release returned before the watchdog goroutine did")
 	}
 }

@@ -77,35 +77,28 @@ func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, args ...a
 	return n, nil
 }
 
-// extend verifies that id owns the key and refreshes its lease. It reports
-// false, nil when the key does not hold id: a definite loss.
-func (rl *RedisLock) extend(ctx context.Context, id string, leaseMs int64) (bool, error) {
-	n, err := rl.runInt(ctx, extendScript, id, leaseMs)
+// runBool runs a script that replies 1 when it did its work on a key that
+// holds our id, and 0 when the key does not hold it.
+func (rl *RedisLock) runBool(ctx context.Context, script *redis.Script, args ...any) (bool, error) {
+	n, err := rl.runInt(ctx, script, args...)
 	if err != nil {
 		return false, err
 	}
-	switch n {
-	case 0:
-		return false, nil
-	case 1:
-		return true, nil
+	if n != 0 && n != 1 {
+		return false, fmt.Errorf("%w: %d where 0 or 1 was due", ErrUnexpectedReply, n)
 	}
-	return false, fmt.Errorf("%w: extend replied %d", ErrUnexpectedReply, n)
+	return n == 1, nil
+}
+
+// extend verifies that id owns the key and refreshes its lease. It reports
+// false, nil when the key does not hold id: a definite loss.
+func (rl *RedisLock) extend(ctx context.Context, id string, leaseMs int64) (bool, error) {
+	return rl.runBool(ctx, extendScript, id, leaseMs)
 }
 
 // release deletes the key if id owns it and reports whether it did.
 func (rl *RedisLock) release(ctx context.Context, id string) (bool, error) {
-	n, err := rl.runInt(ctx, releaseScript, id)
-	if err != nil {
-		return false, err
-	}
-	switch n {
-	case 0:
-		return false, nil
-	case 1:
-		return true, nil
-	}
-	return false, fmt.Errorf("%w: release replied %d", ErrUnexpectedReply, n)
+	return rl.runBool(ctx, releaseScript, id)
 }
 
 // isNil reports whether v is nil or a nil pointer, map, func or the like in an
