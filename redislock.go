@@ -73,19 +73,21 @@ type hold struct {
 	leaseMs int64
 	started time.Time // when the first acquisition was sent
 	parent  context.Context
-	ctx     context.Context // ends with parent, or when the hold stops
-	cancel  context.CancelFunc
 	done    chan struct{} // closed when the hold ends
-	stopped chan struct{} // closed when the watchdog goroutine has returned
 	timer   timer         // fires at until: the lease ran out
 	wake    timer         // starts the watchdog when its first duty is due
 	unbind  func() bool   // stops the context.AfterFunc on parent
 
 	// Guarded by RedisLock.mu.
-	until    time.Time // when the lease ends by our own accounting
-	lastErr  error     // the latest renewal failure, since the last success
-	watching bool      // the watchdog goroutine has started
-	stopping bool      // Release has asked the watchdog to stop
+	until time.Time // when the lease ends by our own accounting
+
+	// Set under RedisLock.mu when the watchdog goroutine starts.
+	ctx     context.Context    // ends with parent, or when the hold stops
+	cancel  context.CancelFunc // nil until the watchdog starts
+	stopped chan struct{}      // closed when the watchdog goroutine has returned
+
+	lastErr  error // the latest renewal failure, since the last success
+	stopping bool  // Release has asked the watchdog to stop
 	ended    bool
 	err      error // why it ended; nil after a normal release
 }
@@ -225,17 +227,13 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, er
 		return false, fmt.Errorf("redislock: acquire %q: %w", rl.key, context.Cause(ctx))
 	}
 
-	hctx, cancel := context.WithCancel(ctx)
 	h := &hold{
 		id:      id,
 		lease:   lease,
 		leaseMs: leaseMs,
 		started: sent,
 		parent:  ctx,
-		ctx:     hctx,
-		cancel:  cancel,
 		done:    make(chan struct{}),
-		stopped: make(chan struct{}),
 		until:   sent.Add(lease - drift(lease)),
 	}
 	rl.mu.Lock()
@@ -310,10 +308,10 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 		return false, nil
 	case h.ended:
 		rl.owed--
-		err, watching := h.err, h.watching
+		err, stopped := h.err, h.stopped
 		rl.mu.Unlock()
-		if watching { // it was cancelled when the hold ended; let it finish
-			<-h.stopped
+		if stopped != nil { // it was cancelled when the hold ended; let it finish
+			<-stopped
 		}
 		return false, err
 	case rl.owed > 1:
@@ -323,12 +321,11 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	}
 	// The last hold: stop the watchdog, wait for it, then delete the key.
 	h.stopping = true
-	h.cancel()
-	h.disarmLocked()
-	watching := h.watching
+	h.stopLocked()
+	stopped := h.stopped
 	rl.mu.Unlock()
-	if watching {
-		<-h.stopped
+	if stopped != nil {
+		<-stopped
 	}
 
 	rl.mu.Lock()
@@ -436,8 +433,7 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	}
 	h.ended, h.err = true, cause
 	h.timer.Stop()
-	h.disarmLocked()
-	h.cancel()
+	h.stopLocked()
 	close(h.done)
 	switch {
 	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
@@ -448,13 +444,17 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	return cause
 }
 
-// disarmLocked stops what would start the watchdog. The caller holds rl.mu.
-func (h *hold) disarmLocked() {
+// stopLocked stops the watchdog goroutine if it runs, and what would start
+// it if not. The caller holds rl.mu.
+func (h *hold) stopLocked() {
 	if h.wake != nil {
 		h.wake.Stop()
 	}
 	if h.unbind != nil {
 		h.unbind()
+	}
+	if h.cancel != nil {
+		h.cancel()
 	}
 }
 

@@ -29,11 +29,12 @@ func (rl *RedisLock) firstDuty(h *hold) time.Time {
 // A hold released before its first duty never starts a goroutine.
 func (rl *RedisLock) startWatch(h *hold) {
 	rl.mu.Lock()
-	if h.watching || h.stopping || h.ended {
+	if h.stopped != nil || h.stopping || h.ended { // running, or not to run
 		rl.mu.Unlock()
 		return
 	}
-	h.watching = true
+	h.ctx, h.cancel = context.WithCancel(h.parent)
+	h.stopped = make(chan struct{})
 	rl.mu.Unlock()
 	rl.watch(h)
 }
