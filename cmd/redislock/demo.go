@@ -27,7 +27,8 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	d := &tour{out: stdout, start: time.Now(), scale: 1, prefix: "redislock-demo:"}
+	out := &syncWriter{w: stdout} // the narration and logx's lines share it
+	d := &tour{out: out, start: time.Now(), scale: 1, prefix: "redislock-demo:"}
 	if *fast {
 		d.scale = 10
 	}
@@ -55,7 +56,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	// What the library logs in the background, where no caller can get an
 	// error, goes through go-zero's logx; show it indented.
 	logx.MustSetup(logx.LogConf{Mode: "console", Encoding: "plain", Stat: false})
-	logx.SetWriter(logx.NewWriter(&indented{w: stdout, prefix: "           logx | "}))
+	logx.SetWriter(logx.NewWriter(&indented{w: out, prefix: "           logx | "}))
 
 	for _, scene := range []func() error{d.contention, d.reentry, d.watchdog, d.loss, d.maxHold, d.shutdown} {
 		if err := scene(); err != nil {
@@ -69,7 +70,6 @@ func demo(args []string, stdout, stderr io.Writer) int {
 
 type tour struct {
 	out    io.Writer
-	mu     sync.Mutex
 	start  time.Time
 	scale  time.Duration
 	prefix string
@@ -77,14 +77,10 @@ type tour struct {
 }
 
 func (d *tour) say(format string, args ...any) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "%6.2fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 func (d *tour) title(s string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "\n== %s\n", s)
 }
 
@@ -260,22 +256,33 @@ func (d *tour) exists(key string) bool {
 	return d.rdb.Exists(context.Background(), key).Val() == 1
 }
 
-// indented writes each line of logx's output behind a prefix.
+// syncWriter serializes writes, each of which is whole lines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// indented writes logx's output with a prefix before each line, in one write.
 type indented struct {
-	mu     sync.Mutex
 	w      io.Writer
 	prefix string
 }
 
 func (p *indented) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	var out strings.Builder
 	for _, line := range strings.SplitAfter(string(b), "\n") {
 		if line != "" {
-			if _, err := io.WriteString(p.w, p.prefix+line); err != nil {
-				return 0, err
-			}
+			out.WriteString(p.prefix + line)
 		}
+	}
+	if _, err := io.WriteString(p.w, out.String()); err != nil {
+		return 0, err
 	}
 	return len(b), nil
 }
