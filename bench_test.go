@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -294,4 +295,128 @@ func commandCalls(b *testing.B, c *redis.Client, cmd string) int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkContention runs waiters goroutines, each with its own RedisLock,
+// contending for one key until b.N acquisitions, holding it for hold each
+// time. mode is how they wait: wakeup (AcquireWait with pub/sub), retry
+// (AcquireWait with DefaultRetry alone), or poll1ms (AcquireCtx every 1ms,
+// as go-zero users loop). It reports acquisitions per second, the handoff
+// from one holder's Release call to the next different holder's
+// acquisition, EVALSHA+EVAL calls per acquisition (releases included), and
+// the wait of each acquisition (its spread shows the turn taking).
+func BenchmarkContention(b *testing.B) {
+	c := benchClient(b)
+	for _, waiters := range []int{8, 32} {
+		for _, hold := range []time.Duration{0, time.Millisecond} {
+			for _, mode := range []string{"wakeup", "retry", "poll1ms"} {
+				b.Run(fmt.Sprintf("waiters=%d/hold=%v/mode=%s", waiters, hold, mode), func(b *testing.B) {
+					benchContention(b, c, waiters, hold, mode)
+				})
+			}
+		}
+	}
+}
+
+var contentionKeys atomic.Int64
+
+func benchContention(b *testing.B, c *redis.Client, waiters int, hold time.Duration, mode string) {
+	key := fmt.Sprintf("bench:contended:%d", contentionKeys.Add(1))
+	var opts []Option
+	if mode != "wakeup" {
+		opts = append(opts, WithPubSub(nil))
+	}
+	var (
+		remaining                atomic.Int64
+		lastHolder, lastRelease  atomic.Int64
+		mu                       sync.Mutex
+		handoffs, waits, holding []time.Duration
+		wg                       sync.WaitGroup
+	)
+	remaining.Store(int64(b.N))
+	calls0 := commandCalls(b, c, "evalsha") + commandCalls(b, c, "eval")
+	b.ResetTimer()
+	start := time.Now()
+	for g := 1; g <= waiters; g++ {
+		rl := NewRedisLock(FromGoRedis(c), key, opts...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for remaining.Add(-1) >= 0 {
+				t0 := time.Now()
+				if mode == "poll1ms" {
+					for {
+						ok, err := rl.AcquireCtx(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if ok {
+							break
+						}
+						time.Sleep(time.Millisecond)
+					}
+				} else if err := rl.AcquireWait(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				got := time.Now()
+				var handoff time.Duration = -1
+				if prev := lastHolder.Load(); prev != 0 && prev != int64(g) {
+					handoff = got.Sub(time.Unix(0, lastRelease.Load()))
+				}
+				holdFor(hold)
+				held := time.Since(got)
+				lastHolder.Store(int64(g))
+				lastRelease.Store(time.Now().UnixNano())
+				if ok, err := rl.Release(); !ok || err != nil {
+					b.Error(ok, err)
+					return
+				}
+				mu.Lock()
+				waits, holding = append(waits, got.Sub(t0)), append(holding, held)
+				if handoff >= 0 {
+					handoffs = append(handoffs, handoff)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	calls := commandCalls(b, c, "evalsha") + commandCalls(b, c, "eval") - calls0
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
+	b.ReportMetric(float64(calls)/float64(b.N), "scripts/acq")
+	b.ReportMetric(micros(percentile(handoffs, 50)), "handoff-p50-µs")
+	b.ReportMetric(micros(percentile(handoffs, 99)), "handoff-p99-µs")
+	b.ReportMetric(micros(percentile(waits, 50))/1000, "wait-p50-ms")
+	b.ReportMetric(micros(percentile(waits, 99))/1000, "wait-p99-ms")
+	if hold > 0 {
+		b.ReportMetric(micros(percentile(holding, 50)), "hold-p50-µs")
+	}
+}
+
+// holdFor holds for d, yielding the processor meanwhile. time.Sleep alone
+// overshoots a 1ms hold by about 10%, which would count against the lock.
+func holdFor(d time.Duration) {
+	end := time.Now().Add(d)
+	if d > 2*time.Millisecond { // sleeps are rounded up to whole milliseconds here
+		time.Sleep(d - 1500*time.Microsecond)
+	}
+	for time.Now().Before(end) {
+		runtime.Gosched()
+	}
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// percentile returns the p-th percentile of ds (which it sorts).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, len(ds)*p/100)]
 }

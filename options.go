@@ -26,6 +26,10 @@ type options struct {
 	watchdog bool
 	clock    clock
 	err      error
+
+	retry     RetryStrategy
+	pubsub    Subscriber
+	pubsubSet bool // WithPubSub was given, maybe with nil
 }
 
 // WithExpiry sets the lease: how long the key lives without renewal. The

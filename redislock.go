@@ -58,6 +58,9 @@ type RedisLock struct {
 	maxHold  time.Duration
 	watchdog bool
 	clock    clock
+	retry    RetryStrategy
+	pubsub   Subscriber // nil: no wake-ups
+	channel  string     // where releases are published
 
 	op sync.Mutex // serializes the calls that talk to Redis
 
@@ -101,11 +104,14 @@ var closedChan = func() chan struct{} {
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
 // arguments are not reported here but by the first call that needs them.
 func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
-	o := options{expiry: DefaultExpiry, watchdog: true, clock: realClock{}}
+	o := options{expiry: DefaultExpiry, watchdog: true, clock: realClock{}, retry: DefaultRetry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
+	}
+	if g, ok := store.(goRedis); ok && !o.pubsubSet {
+		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
 	rl := &RedisLock{
 		store:    store,
@@ -114,6 +120,9 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 		maxHold:  o.maxHold,
 		watchdog: o.watchdog,
 		clock:    o.clock,
+		retry:    o.retry,
+		pubsub:   o.pubsub,
+		channel:  sameSlot(key, ":redislock:released"),
 	}
 	switch {
 	case isNil(store):
@@ -179,6 +188,13 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
 	}
+	ok, _, err := rl.acquireCtx(ctx)
+	return ok, err
+}
+
+// acquireCtx is AcquireCtx, also returning the holder's remaining lease when
+// another owner holds the lock (negative when its key has no expiry).
+func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
 	rl.op.Lock()
 	defer rl.op.Unlock()
 
@@ -188,43 +204,47 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 		if h.ended {
 			err := h.err
 			rl.mu.Unlock()
-			return false, err
+			return false, 0, err
 		}
 		rl.mu.Unlock()
-		return rl.reenter(ctx, h)
+		ok, err := rl.reenter(ctx, h)
+		return ok, 0, err
 	}
 	rl.mu.Unlock()
 
 	lease := time.Duration(rl.expiry.Load())
 	if err := validExpiry(lease); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	return rl.acquire(ctx, lease)
 }
 
 // acquire makes a first acquisition. The caller holds rl.op.
-func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, error) {
+func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	leaseMs := lease.Milliseconds()
 	sent := rl.clock.Now()
 	reply, err := rl.run(ctx, acquireScript, id, leaseMs)
 	if err != nil {
-		return false, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
+		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
 	}
 	switch v := reply.(type) {
 	case int64:
-		return false, nil // held by another owner for v more ms
+		if v < -1 {
+			return false, 0, fmt.Errorf("redislock: acquire %q: %w: PTTL %d", rl.key, ErrUnexpectedReply, v)
+		}
+		return false, time.Duration(v) * time.Millisecond, nil // held by another owner
 	case string:
 		if v != "OK" {
-			return false, fmt.Errorf("redislock: acquire %q: %w: %.64q", rl.key, ErrUnexpectedReply, v)
+			return false, 0, fmt.Errorf("redislock: acquire %q: %w: %.64q", rl.key, ErrUnexpectedReply, v)
 		}
 	default:
-		return false, fmt.Errorf("redislock: acquire %q: %w: %T", rl.key, ErrUnexpectedReply, reply)
+		return false, 0, fmt.Errorf("redislock: acquire %q: %w: %T", rl.key, ErrUnexpectedReply, reply)
 	}
 	if ctx.Err() != nil {
 		// The caller gave up while the lock was being taken: give it back.
 		rl.releaseQuietly(ctx, id)
-		return false, fmt.Errorf("redislock: acquire %q: %w", rl.key, context.Cause(ctx))
+		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, context.Cause(ctx))
 	}
 
 	h := &hold{
@@ -247,7 +267,7 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, er
 		h.unbind = context.AfterFunc(ctx, func() { rl.startWatch(h) })
 	}
 	rl.mu.Unlock()
-	return true, nil
+	return true, 0, nil
 }
 
 // reenter counts one more acquisition of a live hold. The caller holds rl.op.

@@ -98,7 +98,7 @@ func (rl *RedisLock) extend(ctx context.Context, id string, leaseMs int64) (bool
 
 // release deletes the key if id owns it and reports whether it did.
 func (rl *RedisLock) release(ctx context.Context, id string) (bool, error) {
-	return rl.runBool(ctx, releaseScript, id)
+	return rl.runBool(ctx, releaseScript, id, rl.channel)
 }
 
 // isNil reports whether v is nil or a nil pointer, map, func or the like in an

@@ -1,0 +1,286 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// holders counts how many believe they hold a lock at once.
+type holders struct{ in, overlaps atomic.Int64 }
+
+func (h *holders) enter() {
+	if h.in.Add(1) != 1 {
+		h.overlaps.Add(1)
+	}
+}
+func (h *holders) leave() { h.in.Add(-1) }
+
+func TestRealWaitersTakeTurns(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	blocker := NewRedisLock(FromGoRedis(c), "turns", WithExpiry(30*time.Second))
+	mustAcquire(t, blocker)
+
+	const waiters, impatient = 32, 4
+	var (
+		wg       sync.WaitGroup
+		h        holders
+		acquired atomic.Int64
+		errs     = make(chan error, waiters+impatient)
+	)
+	// Impatient waiters give up at their deadline, within one retry interval.
+	maxRetry, _ := DefaultRetry.Backoff(1 << 20)
+	for i := 0; i < impatient; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rl := NewRedisLock(FromGoRedis(c), "turns")
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			err := rl.AcquireWait(ctx)
+			if late := time.Since(deadline); late > maxRetry {
+				errs <- errors.New("an impatient waiter returned " + late.String() + " after its deadline")
+			}
+			if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				errs <- errors.Join(errors.New("impatient waiter"), err)
+			}
+		}()
+	}
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rl := NewRedisLock(FromGoRedis(c), "turns")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := rl.AcquireWait(ctx); err != nil {
+				errs <- err
+				return
+			}
+			h.enter()
+			time.Sleep(time.Millisecond)
+			acquired.Add(1)
+			h.leave()
+			if ok, err := rl.Release(); !ok || err != nil {
+				errs <- errors.Join(errors.New("release"), err)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the impatient ones give up meanwhile
+	mustRelease(t, blocker)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if acquired.Load() != waiters || h.overlaps.Load() != 0 {
+		t.Fatalf("%d of %d waiters acquired, %d overlaps", acquired.Load(), waiters, h.overlaps.Load())
+	}
+	requireNoHubs(t)
+	requireNoSubscribers(t, c, blocker.channel)
+}
+
+func TestRealReleaseEndsWaitNotLease(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	holder := NewRedisLock(FromGoRedis(c), "long", WithExpiry(30*time.Second))
+	mustAcquire(t, holder)
+	s := newSpy(FromGoRedis(c))
+	rl := NewRedisLock(s, "long", WithPubSub(c))
+	got := make(chan error, 1)
+	go func() { got <- rl.AcquireWait(context.Background()) }()
+	for s.count(acquireScript) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // waiting now, on a 30 s lease
+	start := time.Now()
+	mustRelease(t, holder)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not woken by the release")
+	}
+	elapsed := time.Since(start)
+	if n := s.count(acquireScript); n != 2 {
+		t.Fatalf("%d attempts, want 2: the wake-up, not a timer, ended the wait", n)
+	}
+	t.Logf("release to acquisition: %v (holder's lease 30s)", elapsed)
+	mustRelease(t, rl)
+}
+
+func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	blocker := NewRedisLock(FromGoRedis(c), "killed-sub", WithExpiry(30*time.Second))
+	mustAcquire(t, blocker)
+	const waiters = 8
+	var (
+		wg       sync.WaitGroup
+		h        holders
+		acquired atomic.Int64
+		errs     = make(chan error, waiters)
+	)
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rl := NewRedisLock(FromGoRedis(c), "killed-sub")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := rl.AcquireWait(ctx); err != nil {
+				errs <- err
+				return
+			}
+			h.enter()
+			time.Sleep(20 * time.Millisecond)
+			acquired.Add(1)
+			h.leave()
+			if _, err := rl.Release(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for queueLen(blocker) < waiters {
+		time.Sleep(time.Millisecond)
+	}
+	ctx := context.Background()
+	kill := func() int64 {
+		n, err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if kill() == 0 {
+		t.Fatal("no pub/sub connection to kill")
+	}
+	mustRelease(t, blocker) // possibly while nobody is subscribed
+	for acquired.Load() < waiters/2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	kill() // and once more in the middle of the turns
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if acquired.Load() != waiters || h.overlaps.Load() != 0 {
+		t.Fatalf("%d of %d acquired, %d overlaps", acquired.Load(), waiters, h.overlaps.Load())
+	}
+	requireNoHubs(t)
+}
+
+func TestRealWaitersOfOneProcessGoInArrivalOrder(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	blocker := NewRedisLock(FromGoRedis(c), "fifo", WithExpiry(30*time.Second))
+	mustAcquire(t, blocker)
+	const waiters = 10
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := 0; i < waiters; i++ {
+		rl := NewRedisLock(FromGoRedis(c), "fifo")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rl.AcquireWait(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			rl.Release()
+		}()
+		for queueLen(blocker) < i+1 { // arrived, in this order
+			time.Sleep(time.Millisecond)
+		}
+	}
+	mustRelease(t, blocker)
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquisition order %v, want arrival order", order)
+		}
+	}
+	if len(order) != waiters {
+		t.Fatalf("%d acquired", len(order))
+	}
+}
+
+func TestRealWaitersInTwoProcesses(t *testing.T) {
+	// Two clients stand for two processes: each has its own subscription
+	// and queue, and a release wakes the head of each.
+	srv := redisserver.Start(t)
+	clients := []*redis.Client{srv.Client(t), srv.Client(t)}
+	s := newSpy(FromGoRedis(clients[0]))
+	const perProcess, rounds = 8, 5
+	var (
+		wg       sync.WaitGroup
+		h        holders
+		acquired atomic.Int64
+	)
+	for p, c := range clients {
+		for i := 0; i < perProcess; i++ {
+			var store Scripter = FromGoRedis(c)
+			if p == 0 {
+				store = s
+			}
+			rl := NewRedisLock(store, "two-procs", WithPubSub(c))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					if err := rl.AcquireWait(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+					h.enter()
+					time.Sleep(500 * time.Microsecond)
+					acquired.Add(1)
+					h.leave()
+					rl.Release()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if want := int64(len(clients) * perProcess * rounds); acquired.Load() != want || h.overlaps.Load() != 0 {
+		t.Fatalf("%d of %d acquisitions, %d overlaps", acquired.Load(), want, h.overlaps.Load())
+	}
+	t.Logf("process 0: %d acquire attempts for %d acquisitions", s.count(acquireScript), perProcess*rounds)
+	requireNoHubs(t)
+}
+
+// requireNoSubscribers fails if the server still counts subscribers of
+// channel a few seconds on (unsubscribing is asynchronous).
+func requireNoSubscribers(t *testing.T, c *redis.Client, channel string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := c.PubSubNumSub(context.Background(), channel).Val()[channel]
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers of %q left", n, channel)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

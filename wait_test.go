@@ -1,0 +1,220 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestRetryStrategies(t *testing.T) {
+	if d, ok := FixedRetry(7 * time.Millisecond).Backoff(1000); !ok || d != 7*time.Millisecond {
+		t.Fatalf("FixedRetry = %v, %v", d, ok)
+	}
+	e := ExponentialRetry(2*time.Millisecond, 50*time.Millisecond)
+	seen := map[time.Duration]bool{}
+	for n := 1; n <= 70; n++ {
+		upper := 50 * time.Millisecond
+		if n <= 5 {
+			upper = 2 * time.Millisecond << (n - 1)
+		}
+		for i := 0; i < 20; i++ {
+			d, ok := e.Backoff(n)
+			if !ok || d < 2*time.Millisecond || d > upper {
+				t.Fatalf("ExponentialRetry.Backoff(%d) = %v, %v; want in [2ms, %v]", n, d, ok, upper)
+			}
+			seen[d] = true
+		}
+	}
+	if len(seen) < 100 {
+		t.Fatalf("only %d distinct waits: no jitter", len(seen))
+	}
+	if d, ok := ExponentialRetry(time.Hour, 100*365*24*time.Hour).Backoff(1 << 30); !ok || d < time.Hour {
+		t.Fatalf("huge attempt count: %v, %v", d, ok)
+	}
+	l := LimitRetry(FixedRetry(time.Millisecond), 3)
+	for n, want := range []bool{true, true, false, false} {
+		if _, ok := l.Backoff(n + 1); ok != want {
+			t.Fatalf("LimitRetry(3).Backoff(%d) ok = %v", n+1, ok)
+		}
+	}
+	for _, bad := range []RetryStrategy{
+		FixedRetry(0), FixedRetry(-time.Second), ExponentialRetry(0, time.Second),
+		ExponentialRetry(time.Second, time.Millisecond), LimitRetry(nil, 3), LimitRetry(FixedRetry(time.Millisecond), 0),
+		LimitRetry(FixedRetry(-1), 3),
+	} {
+		_, c := newMini(t)
+		rl := NewRedisLock(FromGoRedis(c), "k", WithRetry(bad))
+		if err := rl.AcquireWait(context.Background()); !errors.Is(err, ErrInvalidExpiry) {
+			t.Errorf("AcquireWait with %#v: %v, want ErrInvalidExpiry", bad, err)
+		}
+	}
+}
+
+func TestAcquireWaitGivesUpWithItsContext(t *testing.T) {
+	for _, pubsub := range []bool{true, false} {
+		mr, c := newMini(t)
+		holder := NewRedisLock(FromGoRedis(c), "k")
+		mustAcquire(t, holder)
+		var opts []Option
+		if !pubsub {
+			opts = append(opts, WithPubSub(nil))
+		}
+		rl := NewRedisLock(FromGoRedis(c), "k", opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := rl.AcquireWait(ctx)
+		cancel()
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("pubsub %v: AcquireWait = %v; want ErrNotAcquired and DeadlineExceeded", pubsub, err)
+		}
+		if rl.Holds() != 0 || mr.Exists("k") && holderID(holder) != mustGet(mr, "k") {
+			t.Fatal("a failed wait changed the lock")
+		}
+		requireNoHubs(t)
+		mustRelease(t, holder)
+	}
+}
+
+func TestAcquireWaitRetryLimit(t *testing.T) {
+	_, c := newMini(t)
+	s := newSpy(FromGoRedis(c))
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	rl := NewRedisLock(s, "k", WithPubSub(nil), WithRetry(LimitRetry(FixedRetry(time.Millisecond), 3)))
+	err := rl.AcquireWait(context.Background())
+	if !errors.Is(err, ErrNotAcquired) || errors.Is(err, context.Canceled) {
+		t.Fatalf("AcquireWait = %v; want ErrNotAcquired alone", err)
+	}
+	if n := s.count(acquireScript); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	mustRelease(t, holder)
+}
+
+func TestAcquireWaitWakesOnRelease(t *testing.T) {
+	_, c := newMini(t)
+	s := newSpy(FromGoRedis(c))
+	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	rl := NewRedisLock(s, "k", WithPubSub(c), WithRetry(FixedRetry(time.Hour)))
+	got := make(chan error, 1)
+	go func() { got <- rl.AcquireWait(context.Background()) }()
+	for s.count(acquireScript) == 0 { // its first attempt has failed
+		time.Sleep(time.Millisecond)
+	}
+	mustRelease(t, holder)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not wake the waiter (its retry is an hour, the lease a minute)")
+	}
+	if n := s.count(acquireScript); n != 2 {
+		t.Fatalf("%d attempts, want 2: one that lost, one after the wake-up", n)
+	}
+	mustRelease(t, rl)
+	requireNoHubs(t)
+}
+
+func TestAcquireWaitReentersAtOnce(t *testing.T) {
+	_, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, rl)
+	if err := rl.AcquireWait(context.Background()); err != nil || rl.Holds() != 2 {
+		t.Fatalf("AcquireWait on a held lock: %v, Holds %d", err, rl.Holds())
+	}
+	mustRelease(t, rl)
+	mustRelease(t, rl)
+}
+
+func TestAcquireWaitGoZeroStoreUsesRetries(t *testing.T) {
+	mr, _ := newMini(t)
+	store := goZeroStore(mr.Addr())
+	holder := NewRedisLock(store, "k", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	s := newSpy(store)
+	rl := NewRedisLock(s, "k", WithRetry(FixedRetry(5*time.Millisecond)))
+	if rl.pubsub != nil {
+		t.Fatal("go-zero's store should give no pub/sub")
+	}
+	got := make(chan error, 1)
+	go func() { got <- rl.AcquireWait(context.Background()) }()
+	for s.count(acquireScript) < 3 { // retrying at its pace
+		time.Sleep(time.Millisecond)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, rl)
+}
+
+func TestAcquireWaitSharedRedisLock(t *testing.T) {
+	// Two goroutines wait on one RedisLock: they share the hold it gets.
+	_, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- rl.AcquireWait(context.Background())
+		}()
+	}
+	for queueLen(rl) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	mustRelease(t, holder)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rl.Holds() != 2 {
+		t.Fatalf("Holds = %d, want 2", rl.Holds())
+	}
+	mustRelease(t, rl)
+	mustRelease(t, rl)
+}
+
+// queueLen returns how many AcquireWaits wait on rl's channel in its hub.
+func queueLen(rl *RedisLock) int {
+	hubs.Lock()
+	defer hubs.Unlock()
+	for _, h := range hubs.m {
+		h.mu.Lock()
+		c := h.chans[rl.channel]
+		n := 0
+		if c != nil {
+			n = len(c.queue)
+		}
+		h.mu.Unlock()
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// requireNoHubs fails if a subscription is still open.
+func requireNoHubs(t testing.TB) {
+	t.Helper()
+	hubs.Lock()
+	defer hubs.Unlock()
+	if n := len(hubs.m); n != 0 {
+		t.Fatalf("%d subscriptions left open", n)
+	}
+}
+
+func mustGet(mr interface{ Get(string) (string, error) }, key string) string {
+	v, _ := mr.Get(key)
+	return v
+}

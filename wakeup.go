@@ -1,0 +1,335 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
+)
+
+// Subscriber is what wake-ups need from a go-redis client: Client,
+// ClusterClient, Ring and every UniversalClient have it.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// WithPubSub sets the client whose pub/sub wakes AcquireWait when the lock is
+// released. A RedisLock made with FromGoRedis uses that client by default;
+// give one for go-zero's store, which exposes no pub/sub. WithPubSub(nil)
+// turns wake-ups off: AcquireWait then paces its attempts by its
+// RetryStrategy alone.
+func WithPubSub(s Subscriber) Option {
+	return func(o *options) {
+		o.pubsub, o.pubsubSet = s, true
+		if isNil(s) {
+			o.pubsub = nil
+		}
+	}
+}
+
+// How long a waiter waits for its subscription to be confirmed before its
+// first attempt; past that it goes on and paces itself by its RetryStrategy.
+const subscribeWait = time.Second
+
+// A hub is the one subscription of one client, shared by every RedisLock of
+// that client that waits, multiplexing their channels. It opens with the
+// first waiter and closes when the last one leaves.
+type hub struct {
+	key    any // in hubs.m
+	ps     *redis.PubSub
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the reader goroutine has returned
+	users  int           // waiters joined; guarded by hubs.mu
+
+	mu      sync.Mutex
+	chans   map[string]*channel
+	pending map[string]int // SUBSCRIBEs sent and not yet confirmed
+}
+
+// channel is one pub/sub channel of a hub and its waiters, in arrival order.
+type channel struct {
+	queue     []*waiter
+	confirmed bool          // the server has confirmed our SUBSCRIBE
+	ready     chan struct{} // closed when confirmed
+	lease     time.Duration // of the latest acquisition by one of our waiters
+}
+
+// hubs is the registry of open hubs, by client.
+var hubs = struct {
+	sync.Mutex
+	m map[any]*hub
+}{m: map[any]*hub{}}
+
+// A waiter is one AcquireWait in the queue of its channel. Only the head of
+// a queue makes attempts; the others wait for their turn.
+type waiter struct {
+	hub    *hub
+	name   string
+	rl     *RedisLock
+	notify chan struct{} // cap 1: something changed, look at turn and promoted
+	left   bool          // out of the queue; owned by the waiting goroutine
+
+	// Guarded by hub.mu.
+	turn     bool // attempt now: a release was published, or the head left
+	promoted bool // now the head, after a waiter of ours acquired the lock
+}
+
+// joinWait puts an AcquireWait of rl in the queue of rl's channel, opening
+// the client's hub if needed and waiting (within ctx and subscribeWait) for
+// the channel's subscription to be confirmed. It returns nil when rl has no
+// wake-ups.
+func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
+	if rl.pubsub == nil {
+		return nil
+	}
+	var key any = rl.pubsub
+	if !reflect.TypeOf(rl.pubsub).Comparable() {
+		key = rl // cannot be shared by value: one hub for this lock
+	}
+	hubs.Lock()
+	h := hubs.m[key]
+	if h == nil {
+		h = openHub(key, rl.pubsub)
+		hubs.m[key] = h
+	}
+	h.users++
+	hubs.Unlock()
+
+	w := &waiter{hub: h, name: rl.channel, rl: rl, notify: make(chan struct{}, 1)}
+	h.mu.Lock()
+	c := h.chans[w.name]
+	if c == nil {
+		c = &channel{ready: make(chan struct{})}
+		h.chans[w.name] = c
+		h.pending[w.name]++
+		if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
+			logx.Errorf("redislock: subscribing to wake-ups of %q failed, pacing by retries: %v", rl.key, err)
+		}
+	}
+	c.queue = append(c.queue, w)
+	w.turn = len(c.queue) == 1 // the first in line attempts at once
+	ready := c.ready
+	h.mu.Unlock()
+
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return w
+}
+
+func openHub(key any, s Subscriber) *hub {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &hub{
+		key:     key,
+		ps:      s.Subscribe(ctx),
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		chans:   map[string]*channel{},
+		pending: map[string]int{},
+	}
+	go h.read()
+	return h
+}
+
+// read receives the hub's pub/sub traffic until the hub closes: it confirms
+// subscriptions and gives a published release to the head of its queue.
+func (h *hub) read() {
+	defer close(h.done)
+	failures := 0
+	for {
+		msg, err := h.ps.ReceiveTimeout(h.ctx, 30*time.Second)
+		if h.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if isTimeout(err) {
+				_ = h.ps.Ping(h.ctx) // a dead connection fails the next receive
+				continue
+			}
+			failures++
+			h.dropped(err, failures)
+			select { // go-redis reconnects and resubscribes on the next receive
+			case <-h.ctx.Done():
+				return
+			case <-time.After(retryBackoff(800*time.Millisecond, failures)):
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.confirm(m.Channel)
+			}
+		case *redis.Message:
+			h.released(m.Channel)
+		}
+	}
+}
+
+func (h *hub) confirm(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.pending[name]; p > 1 {
+		h.pending[name] = p - 1
+		return // a later SUBSCRIBE of the same channel is still on its way
+	}
+	delete(h.pending, name)
+	if c := h.chans[name]; c != nil && !c.confirmed {
+		c.confirmed = true
+		close(c.ready)
+	}
+}
+
+// released gives the turn to the head of the channel's queue.
+func (h *hub) released(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.chans[name]; c != nil && len(c.queue) > 0 {
+		c.queue[0].give(true, false)
+	}
+}
+
+// dropped runs when the subscription failed: releases may have been missed,
+// so every head gets a turn, and until the server confirms the
+// resubscription, waiters pace themselves by their RetryStrategy.
+func (h *hub) dropped(err error, failures int) {
+	if failures == 1 {
+		logx.Errorf("redislock: wake-up subscription dropped, pacing by retries until it is back: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.pending)
+	for _, c := range h.chans {
+		if c.confirmed {
+			c.confirmed, c.ready = false, make(chan struct{})
+		}
+		if len(c.queue) > 0 {
+			c.queue[0].give(true, false)
+		}
+	}
+}
+
+// give sets w's flags and wakes it. The caller holds w.hub.mu.
+func (w *waiter) give(turn, promoted bool) {
+	w.turn = w.turn || turn
+	w.promoted = w.promoted || promoted
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// wake returns the channel that wakes w; nil (never ready) for no waiter.
+func (w *waiter) wake() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.notify
+}
+
+// next tells an AcquireWait what to do now: attempt, or if it was just
+// promoted, how long a sibling's lease is. head is false while others in
+// this process are before it.
+func (w *waiter) next() (head, turn bool, promotedLease time.Duration) {
+	if w == nil {
+		return true, true, 0
+	}
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[w.name]
+	head = len(c.queue) > 0 && c.queue[0] == w
+	turn, w.turn = w.turn, false
+	if w.promoted {
+		w.promoted, promotedLease = false, c.lease
+	}
+	return head, turn, promotedLease
+}
+
+// subscribed reports whether w's wake-ups can be counted on.
+func (w *waiter) subscribed() bool {
+	if w == nil {
+		return false
+	}
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.hub.chans[w.name].confirmed
+}
+
+// acquired takes w out of the queue after it acquired the lock with a lease
+// of lease. The next waiter becomes the head without a turn: the lock is
+// ours, and its release will publish. If the next waiter shares w's
+// RedisLock, it gets a turn: it re-enters at once.
+func (w *waiter) acquired(lease time.Duration) {
+	if w == nil || w.left {
+		return
+	}
+	w.leave(func(c *channel, next *waiter) {
+		c.lease = lease
+		next.give(next.rl == w.rl, true)
+	})
+}
+
+// quit takes w out of the queue without the lock; if it was the head, the
+// next waiter gets its turn, so a wake-up meant for w is not lost.
+func (w *waiter) quit() {
+	if w == nil || w.left {
+		return
+	}
+	w.leave(func(_ *channel, next *waiter) { next.give(true, false) })
+}
+
+// leave removes w from its queue, calling handOver for the new head if w
+// was the head, unsubscribes a channel nobody waits on, and closes the hub
+// when its last waiter leaves.
+func (w *waiter) leave(handOver func(c *channel, next *waiter)) {
+	w.left = true
+	h := w.hub
+	h.mu.Lock()
+	c := h.chans[w.name]
+	for i, x := range c.queue {
+		if x == w {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			if i == 0 && len(c.queue) > 0 {
+				handOver(c, c.queue[0])
+			}
+			break
+		}
+	}
+	if len(c.queue) == 0 {
+		delete(h.chans, w.name)
+		if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
+			logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
+		}
+	}
+	h.mu.Unlock()
+
+	hubs.Lock()
+	h.users--
+	last := h.users == 0
+	if last {
+		delete(hubs.m, h.key)
+	}
+	hubs.Unlock()
+	if last {
+		h.cancel()
+		_ = h.ps.Close()
+		<-h.done
+	}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
