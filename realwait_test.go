@@ -13,15 +13,34 @@ import (
 	"github.com/redislock/redislock/internal/redisserver"
 )
 
-// holders counts how many believe they hold a lock at once.
-type holders struct{ in, overlaps atomic.Int64 }
+// holders counts acquisitions, and how often more than one waiter believed
+// it held the lock at once.
+type holders struct{ in, overlaps, acquired atomic.Int64 }
 
-func (h *holders) enter() {
+// require fails t unless there were want acquisitions and no overlap.
+func (h *holders) require(t *testing.T, want int) {
+	t.Helper()
+	if h.acquired.Load() != int64(want) || h.overlaps.Load() != 0 {
+		t.Fatalf("%d of %d acquisitions, %d overlapping", h.acquired.Load(), want, h.overlaps.Load())
+	}
+}
+
+// takeTurn waits for rl, holds it for hold, and releases it.
+func (h *holders) takeTurn(ctx context.Context, rl *RedisLock, hold time.Duration) error {
+	if err := rl.AcquireWait(ctx); err != nil {
+		return err
+	}
 	if h.in.Add(1) != 1 {
 		h.overlaps.Add(1)
 	}
+	time.Sleep(hold)
+	h.acquired.Add(1)
+	h.in.Add(-1)
+	if ok, err := rl.Release(); !ok || err != nil {
+		return errors.Join(errors.New("release failed"), err)
+	}
+	return nil
 }
-func (h *holders) leave() { h.in.Add(-1) }
 
 func TestRealWaitersTakeTurns(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -31,10 +50,9 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 
 	const waiters, impatient = 32, 4
 	var (
-		wg       sync.WaitGroup
-		h        holders
-		acquired atomic.Int64
-		errs     = make(chan error, waiters+impatient)
+		wg   sync.WaitGroup
+		h    holders
+		errs = make(chan error, waiters+impatient)
 	)
 	// Impatient waiters give up at their deadline, within one retry interval.
 	maxRetry, _ := DefaultRetry.Backoff(1 << 20)
@@ -59,19 +77,10 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rl := NewRedisLock(FromGoRedis(c), "turns")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if err := rl.AcquireWait(ctx); err != nil {
+			if err := h.takeTurn(ctx, NewRedisLock(FromGoRedis(c), "turns"), time.Millisecond); err != nil {
 				errs <- err
-				return
-			}
-			h.enter()
-			time.Sleep(time.Millisecond)
-			acquired.Add(1)
-			h.leave()
-			if ok, err := rl.Release(); !ok || err != nil {
-				errs <- errors.Join(errors.New("release"), err)
 			}
 		}()
 	}
@@ -82,9 +91,7 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if acquired.Load() != waiters || h.overlaps.Load() != 0 {
-		t.Fatalf("%d of %d waiters acquired, %d overlaps", acquired.Load(), waiters, h.overlaps.Load())
-	}
+	h.require(t, waiters)
 	requireNoHubs(t)
 	requireNoSubscribers(t, c, blocker.channel)
 }
@@ -96,23 +103,7 @@ func TestRealReleaseEndsWaitNotLease(t *testing.T) {
 	mustAcquire(t, holder)
 	s := newSpy(FromGoRedis(c))
 	rl := NewRedisLock(s, "long", WithPubSub(c))
-	got := make(chan error, 1)
-	go func() { got <- rl.AcquireWait(context.Background()) }()
-	for s.count(acquireScript) == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // waiting now, on a 30 s lease
-	start := time.Now()
-	mustRelease(t, holder)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not woken by the release")
-	}
-	elapsed := time.Since(start)
+	elapsed := wakeByRelease(t, holder, rl, s)
 	if n := s.count(acquireScript); n != 2 {
 		t.Fatalf("%d attempts, want 2: the wake-up, not a timer, ended the wait", n)
 	}
@@ -127,27 +118,17 @@ func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
 	mustAcquire(t, blocker)
 	const waiters = 8
 	var (
-		wg       sync.WaitGroup
-		h        holders
-		acquired atomic.Int64
-		errs     = make(chan error, waiters)
+		wg   sync.WaitGroup
+		h    holders
+		errs = make(chan error, waiters)
 	)
 	for i := 0; i < waiters; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rl := NewRedisLock(FromGoRedis(c), "killed-sub")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if err := rl.AcquireWait(ctx); err != nil {
-				errs <- err
-				return
-			}
-			h.enter()
-			time.Sleep(20 * time.Millisecond)
-			acquired.Add(1)
-			h.leave()
-			if _, err := rl.Release(); err != nil {
+			if err := h.takeTurn(ctx, NewRedisLock(FromGoRedis(c), "killed-sub"), 20*time.Millisecond); err != nil {
 				errs <- err
 			}
 		}()
@@ -167,7 +148,7 @@ func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
 		t.Fatal("no pub/sub connection to kill")
 	}
 	mustRelease(t, blocker) // possibly while nobody is subscribed
-	for acquired.Load() < waiters/2 {
+	for h.acquired.Load() < waiters/2 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	kill() // and once more in the middle of the turns
@@ -176,9 +157,7 @@ func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if acquired.Load() != waiters || h.overlaps.Load() != 0 {
-		t.Fatalf("%d of %d acquired, %d overlaps", acquired.Load(), waiters, h.overlaps.Load())
-	}
+	h.require(t, waiters)
 	requireNoHubs(t)
 }
 
@@ -232,9 +211,8 @@ func TestRealWaitersInTwoProcesses(t *testing.T) {
 	s := newSpy(FromGoRedis(clients[0]))
 	const perProcess, rounds = 8, 5
 	var (
-		wg       sync.WaitGroup
-		h        holders
-		acquired atomic.Int64
+		wg sync.WaitGroup
+		h  holders
 	)
 	for p, c := range clients {
 		for i := 0; i < perProcess; i++ {
@@ -247,23 +225,16 @@ func TestRealWaitersInTwoProcesses(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for r := 0; r < rounds; r++ {
-					if err := rl.AcquireWait(context.Background()); err != nil {
+					if err := h.takeTurn(context.Background(), rl, 500*time.Microsecond); err != nil {
 						t.Error(err)
 						return
 					}
-					h.enter()
-					time.Sleep(500 * time.Microsecond)
-					acquired.Add(1)
-					h.leave()
-					rl.Release()
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	if want := int64(len(clients) * perProcess * rounds); acquired.Load() != want || h.overlaps.Load() != 0 {
-		t.Fatalf("%d of %d acquisitions, %d overlaps", acquired.Load(), want, h.overlaps.Load())
-	}
+	h.require(t, len(clients)*perProcess*rounds)
 	t.Logf("process 0: %d acquire attempts for %d acquisitions", s.count(acquireScript), perProcess*rounds)
 	requireNoHubs(t)
 }

@@ -98,20 +98,7 @@ func TestAcquireWaitWakesOnRelease(t *testing.T) {
 	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Minute))
 	mustAcquire(t, holder)
 	rl := NewRedisLock(s, "k", WithPubSub(c), WithRetry(FixedRetry(time.Hour)))
-	got := make(chan error, 1)
-	go func() { got <- rl.AcquireWait(context.Background()) }()
-	for s.count(acquireScript) == 0 { // its first attempt has failed
-		time.Sleep(time.Millisecond)
-	}
-	mustRelease(t, holder)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the release did not wake the waiter (its retry is an hour, the lease a minute)")
-	}
+	wakeByRelease(t, holder, rl, s)
 	if n := s.count(acquireScript); n != 2 {
 		t.Fatalf("%d attempts, want 2: one that lost, one after the wake-up", n)
 	}
@@ -183,6 +170,31 @@ func TestAcquireWaitSharedRedisLock(t *testing.T) {
 	}
 	mustRelease(t, rl)
 	mustRelease(t, rl)
+}
+
+// wakeByRelease starts rl.AcquireWait (rl's store is s), lets its first
+// attempt fail against holder, releases holder, and returns how long after
+// the release the waiter had the lock. It fails t if the waiter is not woken
+// within 10 s, far less than the retries and leases of its callers.
+func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- rl.AcquireWait(context.Background()) }()
+	for s.count(acquireScript) == 0 { // its first attempt has failed
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // and it waits
+	start := time.Now()
+	mustRelease(t, holder)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not wake the waiter")
+	}
+	return time.Since(start)
 }
 
 // queueLen returns how many AcquireWaits wait on rl's channel in its hub.
