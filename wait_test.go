@@ -3,9 +3,14 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
 )
 
 func TestRetryStrategies(t *testing.T) {
@@ -101,6 +106,32 @@ func TestAcquireWaitWakesOnRelease(t *testing.T) {
 	wakeByRelease(t, holder, rl, s)
 	if n := s.count(acquireScript); n != 2 {
 		t.Fatalf("%d attempts, want 2: one that lost, one after the wake-up", n)
+	}
+	mustRelease(t, rl)
+	requireNoHubs(t)
+}
+
+func TestAcquireWaitWithBrokenPubSub(t *testing.T) {
+	// The pub/sub client cannot connect: waiting falls back to retries.
+	_, c := newMini(t)
+	port, err := redisserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
+	t.Cleanup(func() { _ = dead.Close() })
+	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	s := newSpy(FromGoRedis(c))
+	rl := NewRedisLock(s, "k", WithPubSub(dead), WithRetry(FixedRetry(5*time.Millisecond)))
+	got := make(chan error, 1)
+	go func() { got <- rl.AcquireWait(context.Background()) }()
+	for s.count(acquireScript) < 3 { // retrying at its own pace
+		time.Sleep(time.Millisecond)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 	mustRelease(t, rl)
 	requireNoHubs(t)

@@ -55,8 +55,18 @@ type hub struct {
 type channel struct {
 	queue     []*waiter
 	confirmed bool          // the server has confirmed our SUBSCRIBE
-	ready     chan struct{} // closed when confirmed
+	ready     chan struct{} // closed when confirmed, or when that is not to be
+	waitable  bool          // ready is still open
+	dropped   bool          // the subscription dropped since it was confirmed
 	lease     time.Duration // of the latest acquisition by one of our waiters
+}
+
+// unblock lets the waiters that wait for the subscription go on.
+func (c *channel) unblock() {
+	if c.waitable {
+		c.waitable = false
+		close(c.ready)
+	}
 }
 
 // hubs is the registry of open hubs, by client.
@@ -104,11 +114,12 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 	h.mu.Lock()
 	c := h.chans[w.name]
 	if c == nil {
-		c = &channel{ready: make(chan struct{})}
+		c = &channel{ready: make(chan struct{}), waitable: true}
 		h.chans[w.name] = c
 		h.pending[w.name]++
 		if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
 			logx.Errorf("redislock: subscribing to wake-ups of %q failed, pacing by retries: %v", rl.key, err)
+			c.unblock() // no confirmation is coming: go on unsubscribed
 		}
 	}
 	c.queue = append(c.queue, w)
@@ -185,9 +196,13 @@ func (h *hub) confirm(name string) {
 		return // a later SUBSCRIBE of the same channel is still on its way
 	}
 	delete(h.pending, name)
-	if c := h.chans[name]; c != nil && !c.confirmed {
+	if c := h.chans[name]; c != nil {
 		c.confirmed = true
-		close(c.ready)
+		c.unblock()
+		if c.dropped && len(c.queue) > 0 { // a release may have gone unheard
+			c.queue[0].give(true, false)
+		}
+		c.dropped = false
 	}
 }
 
@@ -211,9 +226,7 @@ func (h *hub) dropped(err error, failures int) {
 	defer h.mu.Unlock()
 	clear(h.pending)
 	for _, c := range h.chans {
-		if c.confirmed {
-			c.confirmed, c.ready = false, make(chan struct{})
-		}
+		c.confirmed, c.dropped = false, true // joiners meanwhile do not wait for it
 		if len(c.queue) > 0 {
 			c.queue[0].give(true, false)
 		}
