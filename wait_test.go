@@ -150,7 +150,14 @@ func TestAcquireWaitReentersAtOnce(t *testing.T) {
 
 func TestAcquireWaitGoZeroStoreUsesRetries(t *testing.T) {
 	mr, _ := newMini(t)
-	store := goZeroStore(mr.Addr())
+	t.Run("miniredis", func(t *testing.T) { waitThroughGoZero(t, mr.Addr()) })
+	t.Run("redis-server", func(t *testing.T) { waitThroughGoZero(t, redisserver.Start(t).Addr) })
+}
+
+// waitThroughGoZero waits on go-zero's store, which has no pub/sub: the
+// retry strategy paces the attempts.
+func waitThroughGoZero(t *testing.T, addr string) {
+	store := goZeroStore(addr)
 	holder := NewRedisLock(store, "k", WithExpiry(time.Minute))
 	mustAcquire(t, holder)
 	s := newSpy(store)
