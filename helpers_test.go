@@ -42,6 +42,13 @@ func withClock(c clock) Option {
 	return func(o *options) { o.clock = c }
 }
 
+// newClient returns a go-redis client of addr, closed with t.
+func newClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // newMini starts a miniredis and a go-redis client of it.
 func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()

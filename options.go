@@ -24,6 +24,7 @@ type options struct {
 	expiry   time.Duration
 	maxHold  time.Duration
 	watchdog bool
+	fencing  bool
 	clock    clock
 	err      error
 
@@ -58,6 +59,20 @@ func WithMaxHold(maxHold time.Duration) Option {
 // then ends with ErrLockLost.
 func WithoutWatchdog() Option {
 	return func(o *options) { o.watchdog = false }
+}
+
+// WithFencing makes every first acquisition mint a fencing token, atomically
+// with taking the lock: a per-key counter in Redis, incremented by each new
+// holder, so tokens strictly increase across holders; re-entries and
+// renewals keep the token. Token returns it; pass it to the resource you
+// protect, and have it refuse tokens lower than the highest it has seen.
+//
+// The counter is one more key per lock name, never expiring (an expiry
+// would restart the sequence): the lock key and ":redislock:fence" when the
+// key has a hash tag, else "{key}:redislock:fence", so that it shares the
+// key's Redis Cluster slot.
+func WithFencing() Option {
+	return func(o *options) { o.fencing = true }
 }
 
 // validExpiry checks a lease.

@@ -52,7 +52,7 @@ const (
 type RedisLock struct {
 	store    Scripter
 	key      string
-	keys     []string // {key}, shared by every script call
+	keys     []string // {key}, or {key, fencing counter}; shared by every script call
 	err      error    // bad construction, reported by every call
 	expiry   atomic.Int64
 	maxHold  time.Duration
@@ -72,6 +72,7 @@ type RedisLock struct {
 // hold is one tenure of the lock, from a first acquisition to its end.
 type hold struct {
 	id      string
+	token   int64         // fencing token; 0 without WithFencing
 	lease   time.Duration // fixed for the hold's life
 	leaseMs int64
 	started time.Time // when the first acquisition was sent
@@ -113,10 +114,14 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if g, ok := store.(goRedis); ok && !o.pubsubSet {
 		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
+	keys := []string{key}
+	if o.fencing {
+		keys = append(keys, sameSlot(key, ":redislock:fence"))
+	}
 	rl := &RedisLock{
 		store:    store,
 		key:      key,
-		keys:     []string{key},
+		keys:     keys,
 		maxHold:  o.maxHold,
 		watchdog: o.watchdog,
 		clock:    o.clock,
@@ -228,18 +233,12 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 	if err != nil {
 		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
 	}
-	switch v := reply.(type) {
-	case int64:
-		if v < -1 {
-			return false, 0, fmt.Errorf("redislock: acquire %q: %w: PTTL %d", rl.key, ErrUnexpectedReply, v)
-		}
-		return false, time.Duration(v) * time.Millisecond, nil // held by another owner
-	case string:
-		if v != "OK" {
-			return false, 0, fmt.Errorf("redislock: acquire %q: %w: %.64q", rl.key, ErrUnexpectedReply, v)
-		}
-	default:
-		return false, 0, fmt.Errorf("redislock: acquire %q: %w: %T", rl.key, ErrUnexpectedReply, reply)
+	token, pttl, err := rl.parseAcquire(reply)
+	switch {
+	case err != nil:
+		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
+	case token < 0:
+		return false, pttl, nil // held by another owner
 	}
 	if ctx.Err() != nil {
 		// The caller gave up while the lock was being taken: give it back.
@@ -249,6 +248,7 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 
 	h := &hold{
 		id:      id,
+		token:   token,
 		lease:   lease,
 		leaseMs: leaseMs,
 		started: sent,
@@ -408,6 +408,31 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 		return -1, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Token returns the fencing token of the live hold (see WithFencing): 0 when
+// nothing is held or the lock is not fenced.
+func (rl *RedisLock) Token() int64 {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cur == nil || rl.cur.ended || rl.owed == 0 {
+		return 0
+	}
+	return rl.cur.token
+}
+
+// Until returns the end of the live hold's lease by the holder's own
+// conservative accounting: the time the latest successful acquisition,
+// re-entry or renewal was sent, plus the lease, less a margin of 1% + 2ms.
+// Redis may keep the key a little longer, never shorter, as long as clocks
+// run at the same rate. It is the zero time when nothing is held.
+func (rl *RedisLock) Until() time.Time {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cur == nil || rl.cur.ended || rl.owed == 0 {
+		return time.Time{}
+	}
+	return rl.cur.until
 }
 
 // Holds returns how many acquisitions the live hold counts: 0 when nothing

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,6 +63,30 @@ func (rl *RedisLock) run(ctx context.Context, script *redis.Script, args ...any)
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	}
 	return reply, err
+}
+
+// parseAcquire reads the reply of acquire.lua: the fencing token (0 when
+// not fenced) of a taken lock, or -1 and the holder's PTTL.
+func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
+	fenced := len(rl.keys) > 1
+	switch v := reply.(type) {
+	case int64:
+		if v < -1 {
+			return 0, 0, fmt.Errorf("%w: PTTL %d", ErrUnexpectedReply, v)
+		}
+		return -1, time.Duration(v) * time.Millisecond, nil
+	case string:
+		if v == "OK" && !fenced {
+			return 0, 0, nil
+		}
+	case []any:
+		if len(v) == 2 && v[0] == "OK" && fenced {
+			if t, ok := v[1].(int64); ok && t > 0 {
+				return t, 0, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
 }
 
 // runInt runs a script whose reply is an integer.

@@ -1,0 +1,151 @@
+package redislock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFencingTokensIncreaseAcrossHolders(t *testing.T) {
+	mr, c := newMini(t)
+	a := NewRedisLock(FromGoRedis(c), "job", WithFencing())
+	b := NewRedisLock(FromGoRedis(c), "job", WithFencing())
+	plain := NewRedisLock(FromGoRedis(c), "job")
+	var last int64
+	for round := 0; round < 3; round++ {
+		for _, rl := range []*RedisLock{a, b} {
+			if rl.Token() != 0 {
+				t.Fatal("a token before acquiring")
+			}
+			mustAcquire(t, rl)
+			tok := rl.Token()
+			if tok <= last {
+				t.Fatalf("token %d after %d: not increasing", tok, last)
+			}
+			last = tok
+			mustAcquire(t, rl) // re-entry keeps it
+			if rl.Token() != tok {
+				t.Fatalf("re-entry changed the token %d to %d", tok, rl.Token())
+			}
+			if ok, _ := plain.Acquire(); ok {
+				t.Fatal("an unfenced lock got a fenced one's key")
+			}
+			mustRelease(t, rl)
+			mustRelease(t, rl)
+		}
+	}
+	if v, _ := mr.Get("{job}:redislock:fence"); v != "6" {
+		t.Fatalf("counter = %q, want 6", v)
+	}
+	if ttl := mr.TTL("{job}:redislock:fence"); ttl != 0 {
+		t.Fatalf("the counter has a TTL %v: it would restart the sequence", ttl)
+	}
+	mustAcquire(t, plain)
+	if plain.Token() != 0 {
+		t.Fatal("an unfenced lock has a token")
+	}
+	mustRelease(t, plain)
+}
+
+func TestFencingKeepsTokenThroughRenewalsAndLosers(t *testing.T) {
+	w := newWatched(t, "k", WithFencing())
+	mr, clk, rl := w.mr, w.clk, w.rl
+	tok := rl.Token()
+	loser := NewRedisLock(FromGoRedis(newClient(t, mr.Addr())), "k", WithFencing())
+	for i := 0; i < 3; i++ {
+		clk.Step(t)
+		if ok, _ := loser.Acquire(); ok {
+			t.Fatal("the loser got it")
+		}
+	}
+	if rl.Token() != tok {
+		t.Fatalf("renewals changed the token %d to %d", tok, rl.Token())
+	}
+	if v, _ := mr.Get("{k}:redislock:fence"); v != "1" {
+		t.Fatalf("losing attempts moved the counter to %q", v)
+	}
+	mustRelease(t, rl)
+}
+
+func TestSameSlotNames(t *testing.T) {
+	for key, want := range map[string]string{
+		"plain":      "{plain}:x",
+		"{tag}rest":  "{tag}rest:x",
+		"a{tag}b{c}": "a{tag}b{c}:x",
+		"a{unclosed": "{a{unclosed}:x",
+		"\x00\xff":   "{\x00\xff}:x",
+	} {
+		got := sameSlot(key, ":x")
+		if got != want {
+			t.Errorf("sameSlot(%q) = %q, want %q", key, got, want)
+		}
+		if hashSlot(got) != hashSlot(key) {
+			t.Errorf("%q is in slot %d, %q in %d", got, hashSlot(got), key, hashSlot(key))
+		}
+	}
+	// A '}' without a hash tag cannot be wrapped into the key's slot.
+	for _, key := range []string{"a}b", "{}empty-tag"} {
+		if hashSlot(sameSlot(key, ":x")) == hashSlot(key) {
+			t.Logf("%q happens to share its slot", key)
+		}
+	}
+}
+
+// hashSlot is Redis Cluster's slot of key: CRC16 (XMODEM) of its hash tag,
+// or of the whole key when it has none, modulo 16384.
+func hashSlot(key string) uint16 {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+func TestHashSlotMatchesRedis(t *testing.T) {
+	// Values from CLUSTER KEYSLOT on Redis 7.0.
+	for key, want := range map[string]uint16{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "": 0} {
+		if got := hashSlot(key); got != want {
+			t.Errorf("hashSlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+func TestUntilFollowsRenewals(t *testing.T) {
+	w := newWatched(t, "k")
+	clk, rl := w.clk, w.rl
+	lease := 3 * time.Second
+	start := clk.Now()
+	if got, want := rl.Until(), start.Add(lease-drift(lease)); !got.Equal(want) {
+		t.Fatalf("Until = %v, want %v", got, want)
+	}
+	clk.Step(t) // the renewal at 1s
+	if got, want := rl.Until(), start.Add(time.Second+lease-drift(lease)); !got.Equal(want) {
+		t.Fatalf("after a renewal Until = %v, want %v", got, want)
+	}
+	mustRelease(t, rl)
+	if !rl.Until().IsZero() {
+		t.Fatal("Until after release is not zero")
+	}
+}
+
+func TestFencedAcquireGarbage(t *testing.T) {
+	for _, reply := range []any{"OK", []any{"OK"}, []any{"OK", "1"}, []any{"OK", int64(0)}, []any{"NO", int64(3)}} {
+		rl := NewRedisLock(replyStore{reply: reply}, "k", WithFencing())
+		if ok, err := rl.AcquireCtx(context.Background()); ok || err == nil {
+			t.Errorf("fenced acquire with reply %#v = %v, %v; want an error", reply, ok, err)
+		}
+	}
+}
