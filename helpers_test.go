@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +22,15 @@ func TestMain(m *testing.M) {
 	if !testing.Verbose() {
 		logx.Disable() // the background logs are asserted through Err, not read
 	}
-	goleak.VerifyTestMain(m, goZeroInitGoroutines...)
+	code := m.Run()
+	printFaultReport(os.Stdout)
+	if code == 0 {
+		if err := goleak.Find(goZeroInitGoroutines...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // goZeroInitGoroutines are started by go-zero's package init functions and

@@ -51,6 +51,7 @@ const (
 // the back of code that believes it still holds it.
 type RedisLock struct {
 	store    Scripter
+	evaler   Evaler // store, when it has EvalCtx
 	key      string
 	keys     []string // {key}, or {key, fencing counter}; shared by every script call
 	err      error    // bad construction, reported by every call
@@ -138,6 +139,9 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 		rl.err = fmt.Errorf("%w: %d bytes (at most %d)", ErrKeyTooLong, len(key), MaxKeyLen)
 	default:
 		rl.err = o.err
+	}
+	if e, ok := store.(Evaler); ok && !isNil(store) {
+		rl.evaler = e
 	}
 	rl.expiry.Store(int64(o.expiry))
 	return rl

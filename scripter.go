@@ -35,6 +35,16 @@ func FromGoRedis(c redis.Scripter) Scripter {
 
 type goRedis struct{ c redis.Scripter }
 
+// Evaler is an optional interface beside Scripter: a store that has it (as
+// go-zero's *redis.Redis does) gets our scripts run with EVAL, never EVALSHA.
+// go-zero's circuit breaker counts the NOSCRIPT replies that EVALSHA gets
+// after a restart, a failover or SCRIPT FLUSH as failures, and once open
+// refuses acquisitions and releases alike; EVAL never gets NOSCRIPT, for the
+// cost of sending a script of a few hundred bytes with each call.
+type Evaler interface {
+	EvalCtx(ctx context.Context, script string, keys []string, args ...any) (any, error)
+}
+
 func (g goRedis) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	return script.Run(ctx, g.c, keys, args...).Result()
 }
@@ -53,12 +63,25 @@ var (
 	extendScript  = redis.NewScript(extendSource)
 	releaseScript = redis.NewScript(releaseSource)
 	ttlScript     = redis.NewScript(ttlSource)
+
+	sources = map[*redis.Script]string{
+		acquireScript: acquireSource,
+		extendScript:  extendSource,
+		releaseScript: releaseSource,
+		ttlScript:     ttlSource,
+	}
 )
 
 // run runs script on the lock's key and keeps redis.Nil from callers: none of
 // our scripts replies nil, so a nil reply is garbage.
 func (rl *RedisLock) run(ctx context.Context, script *redis.Script, args ...any) (any, error) {
-	reply, err := rl.store.ScriptRunCtx(ctx, script, rl.keys, args...)
+	var reply any
+	var err error
+	if rl.evaler != nil {
+		reply, err = rl.evaler.EvalCtx(ctx, sources[script], rl.keys, args...)
+	} else {
+		reply, err = rl.store.ScriptRunCtx(ctx, script, rl.keys, args...)
+	}
 	if errors.Is(err, redis.Nil) || (err == nil && reply == nil) {
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	}

@@ -1,0 +1,200 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	zredis "github.com/zeromicro/go-zero/core/stores/redis"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// The fault suite: each case injects faults into real redis-server processes
+// and records what it promised, how many faults it injected and how many
+// times the promise was broken (which must be zero). TestMain prints the
+// table after the run.
+
+type faultRow struct {
+	Case, Injection, Promise string
+	Runs, Faults, Violations int64
+}
+
+var faultReport struct {
+	sync.Mutex
+	rows []faultRow
+}
+
+// recordFault adds a row to the report and fails t on any violation.
+func recordFault(t *testing.T, row faultRow) {
+	t.Helper()
+	faultReport.Lock()
+	faultReport.rows = append(faultReport.rows, row)
+	faultReport.Unlock()
+	t.Logf("%s: %d runs, %d faults injected, %d violations", row.Case, row.Runs, row.Faults, row.Violations)
+	if row.Violations != 0 {
+		t.Errorf("%s: %d violations of: %s", row.Case, row.Violations, row.Promise)
+	}
+}
+
+func printFaultReport(w io.Writer) {
+	faultReport.Lock()
+	defer faultReport.Unlock()
+	if len(faultReport.rows) == 0 {
+		return
+	}
+	rows := append([]faultRow(nil), faultReport.rows...)
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Case < rows[j].Case })
+	fmt.Fprintln(w, "\nFault suite (real redis-server):")
+	fmt.Fprintln(w, "| case | injected | promise | runs | faults | violations |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d |\n", r.Case, r.Injection, r.Promise, r.Runs, r.Faults, r.Violations)
+	}
+}
+
+// flushFor is how long flushLoad flushes. go-zero's breaker grows more
+// sensitive as failing 250ms buckets accumulate in its 10s window.
+const flushFor = time.Second
+
+// locker is what both our RedisLock and go-zero's have.
+type locker interface {
+	AcquireCtx(ctx context.Context) (bool, error)
+	ReleaseCtx(ctx context.Context) (bool, error)
+}
+
+// flushLoad runs 32 goroutines locking and unlocking for flushFor, 4 per key
+// on 8 keys, while 8 goroutines empty the script cache with SCRIPT FLUSH
+// back to back. It
+// counts errors, acquisitions and releases that failed (leaked locks).
+func flushLoad(t *testing.T, srv *redisserver.Server, prefix string, newLock func(key string) locker) (errs, acquired, leaked, flushes int64) {
+	admin := srv.Client(t)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var nErrs, nAcq, nLeak atomic.Int64
+	for g := 0; g < 32; g++ {
+		l := newLock(fmt.Sprintf("%s:%d", prefix, g%8))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ok, err := l.AcquireCtx(ctx)
+				if err != nil {
+					nErrs.Add(1)
+					continue
+				}
+				if !ok {
+					continue
+				}
+				nAcq.Add(1)
+				if ok, err := l.ReleaseCtx(ctx); err != nil || !ok {
+					nLeak.Add(1)
+					if err != nil {
+						nErrs.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	var nFlush atomic.Int64
+	var flushers sync.WaitGroup
+	deadline := time.Now().Add(flushFor)
+	for f := 0; f < 8; f++ { // enough to empty the cache between most calls
+		flushers.Add(1)
+		go func() {
+			defer flushers.Done()
+			for time.Now().Before(deadline) {
+				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				nFlush.Add(1)
+			}
+		}()
+	}
+	flushers.Wait()
+	close(stop)
+	wg.Wait()
+	return nErrs.Load(), nAcq.Load(), nLeak.Load(), nFlush.Load()
+}
+
+func TestFaultScriptFlushUnderGoZeroStore(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ours := goZeroStore(srv.Addr)
+	noscript0 := errorCount(t, admin, "NOSCRIPT")
+	var locks []*RedisLock
+	var mu sync.Mutex
+	errs, acquired, leaked, flushes := flushLoad(t, srv, "ours", func(key string) locker {
+		rl := NewRedisLock(ours, key)
+		mu.Lock()
+		locks = append(locks, rl)
+		mu.Unlock()
+		return rl
+	})
+	lost := int64(0)
+	for _, rl := range locks {
+		if rl.Err() != nil {
+			lost++
+		}
+	}
+	left := int64(len(admin.Keys(context.Background(), "ours:*").Val()))
+	noscript1 := errorCount(t, admin, "NOSCRIPT")
+
+	// The same load on go-zero's own RedisLock, with a store of its own (and
+	// so a circuit breaker of its own), for contrast.
+	theirs := goZeroStore(srv.Addr)
+	zErrs, zAcquired, zLeaked, zFlushes := flushLoad(t, srv, "theirs", func(key string) locker {
+		l := zredis.NewRedisLock(theirs, key)
+		l.SetExpire(10)
+		return l
+	})
+	noscript2 := errorCount(t, admin, "NOSCRIPT")
+	t.Logf("redislock through go-zero's store: %d acquisitions, %d errors, %d leaked locks, %d lost holds, %d keys left, %d NOSCRIPT replies, under %d SCRIPT FLUSH",
+		acquired, errs, leaked, lost, left, noscript1-noscript0, flushes)
+	t.Logf("go-zero's RedisLock:               %d acquisitions, %d errors, %d leaked locks, %d NOSCRIPT replies, under %d SCRIPT FLUSH",
+		zAcquired, zErrs, zLeaked, noscript2-noscript1, zFlushes)
+	if acquired == 0 {
+		t.Fatal("no acquisition at all")
+	}
+	recordFault(t, faultRow{
+		Case:      "6. SCRIPT FLUSH, 32 goroutines, go-zero store",
+		Injection: "SCRIPT FLUSH back to back from 8 connections for 1s",
+		Promise:   "no errors, no leaked locks, no lost holds; no NOSCRIPT for go-zero's breaker to count",
+		Runs:      acquired, Faults: flushes, Violations: errs + leaked + lost + left + noscript1 - noscript0,
+	})
+}
+
+// errorCount reads how many errors with prefix the server has replied,
+// from INFO errorstats (a line such as errorstat_NOSCRIPT:count=3).
+func errorCount(t *testing.T, c *redis.Client, prefix string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "errorstat_"+prefix+":count="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
