@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -197,4 +198,134 @@ func errorCount(t *testing.T, c *redis.Client, prefix string) int64 {
 		}
 	}
 	return 0
+}
+
+// pause injects a server-wide pause of d through admin: DEBUG SLEEP (the
+// server stops, as in a long fork or a stuck disk) or CLIENT PAUSE (clients
+// stop being served). It returns when the pause is over.
+func pause(t *testing.T, admin *redis.Client, how string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	switch how {
+	case "DEBUG SLEEP":
+		if err := admin.Do(ctx, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds())).Err(); err != nil {
+			t.Fatal(err)
+		}
+	case "CLIENT PAUSE":
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(d)
+	}
+}
+
+func TestFaultPauses(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	ctx := context.Background()
+	for _, how := range []string{"DEBUG SLEEP", "CLIENT PAUSE"} {
+		// Shorter than the lease: the lock survives.
+		var runs, violations int64
+		for i := 0; i < 3; i++ {
+			rl := NewRedisLock(FromGoRedis(c), "paused", WithExpiry(time.Second))
+			mustAcquire(t, rl)
+			time.Sleep(time.Duration(i) * 150 * time.Millisecond) // at different points of the renewal cycle
+			pause(t, admin, how, 500*time.Millisecond)
+			time.Sleep(400 * time.Millisecond) // renewals go on after it
+			runs++
+			if isClosed(rl.Done()) || admin.Get(ctx, "paused").Val() != holderID(rl) {
+				violations++
+				t.Logf("%s 0.5s under a 1s lease: lost: %v", how, rl.Err())
+			}
+			rl.Release()
+		}
+		recordFault(t, faultRow{
+			Case: "3a. " + how + " shorter than the lease", Injection: how + " 0.5s, lease 1s",
+			Promise: "no loss", Runs: runs, Faults: runs, Violations: violations,
+		})
+
+		// Longer than the lease: the loss is reported by the time the pause
+		// ends, and the key does not stay ours.
+		runs, violations = 0, 0
+		for i := 0; i < 3; i++ {
+			rl := NewRedisLock(FromGoRedis(c), "paused", WithExpiry(300*time.Millisecond))
+			mustAcquire(t, rl)
+			id := holderID(rl)
+			pause(t, admin, how, time.Second)
+			runs++
+			if !isClosed(rl.Done()) || !errors.Is(rl.Err(), ErrLockLost) {
+				violations++
+				t.Logf("%s 1s under a 300ms lease: still held at the end of the pause (Err %v)", how, rl.Err())
+			}
+			for deadline := time.Now().Add(5 * time.Second); admin.Get(ctx, "paused").Val() == id; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					violations++
+					t.Logf("%s: the key still holds the lost holder's id 5s on", how)
+					break
+				}
+			}
+			rl.Release()
+		}
+		recordFault(t, faultRow{
+			Case: "3b. " + how + " longer than the lease", Injection: how + " 1s, lease 300ms",
+			Promise: "loss reported by the end of the pause; key not kept", Runs: runs, Faults: runs, Violations: violations,
+		})
+	}
+}
+
+func TestFaultRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		survive bool
+	}{
+		{"no persistence", nil, false},
+		{"appendonly, fsync always", []string{"--appendonly", "yes", "--appendfsync", "always"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redisserver.Start(t, tc.args...)
+			c, admin := srv.Client(t), srv.Client(t)
+			var runs, violations int64
+			for i := 0; i < 3; i++ {
+				s := newSpy(FromGoRedis(c))
+				rl := NewRedisLock(s, "restarted", WithExpiry(1500*time.Millisecond))
+				mustAcquire(t, rl)
+				srv.Restart(t)
+				runs++
+				// Two renewals that got through, or the end of the hold.
+				before := s.count(extendScript)
+				for !isClosed(rl.Done()) && s.count(extendScript) < before+3 {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if tc.survive {
+					for !isClosed(rl.Done()) && rl.Until().Before(time.Now().Add(time.Second)) {
+						time.Sleep(20 * time.Millisecond) // until a renewal after the restart succeeded
+					}
+				} else {
+					select {
+					case <-rl.Done():
+					case <-time.After(10 * time.Second):
+					}
+				}
+				held := !isClosed(rl.Done())
+				switch {
+				case tc.survive && (!held || admin.Get(context.Background(), "restarted").Val() != holderID(rl)):
+					violations++
+					t.Logf("run %d: lost across a restart with fsync always: %v", i, rl.Err())
+				case !tc.survive && (held || !errors.Is(rl.Err(), ErrLockLost)):
+					violations++
+					t.Logf("run %d: still believes it holds a key the restart erased", i)
+				}
+				rl.Release()
+			}
+			promise := "loss reported (never believes it holds an erased key)"
+			if tc.survive {
+				promise = "the lock survives"
+			}
+			recordFault(t, faultRow{
+				Case: "2. restart, " + tc.name, Injection: "kill -9 and restart redis-server, lease 1.5s",
+				Promise: promise, Runs: runs, Faults: runs, Violations: violations,
+			})
+		})
+	}
 }

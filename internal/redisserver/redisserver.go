@@ -23,6 +23,8 @@ import (
 type Server struct {
 	Addr string
 	Port int
+	bin  string
+	args []string // everything redis-server was started with
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
 	done chan struct{}
@@ -54,7 +56,7 @@ func Start(tb testing.TB, args ...string) *Server {
 	for range 5 { // a free port can be taken between probe and bind
 		s, err := start(bin, tb.TempDir(), args)
 		if err == nil {
-			tb.Cleanup(s.Stop)
+			tb.Cleanup(func() { s.Stop() })
 			return s
 		}
 		lastErr = err
@@ -73,18 +75,38 @@ func start(bin, dir string, args []string) (*Server, error) {
 		"--dir", dir, "--save", "", "--appendonly", "no",
 		"--enable-debug-command", "yes", "--daemonize", "no",
 	}, args...)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, log: &bytes.Buffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, all...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, bin: bin, args: all}
+	if err := s.run(); err != nil {
 		return nil, err
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	return s, nil
+}
+
+// run starts the process and waits until it answers PING.
+func (s *Server) run() error {
+	s.log, s.done = &bytes.Buffer{}, make(chan struct{})
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	done := s.done
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	if err := s.waitReady(10 * time.Second); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.log.String())
+		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.log.String())
 	}
-	return s, nil
+	return nil
+}
+
+// Restart kills the server (as a crash would: no shutdown save) and starts
+// it again on the same port, with the same data directory and options.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	if err := s.run(); err != nil {
+		tb.Fatalf("redisserver: restart: %v", err)
+	}
 }
 
 func (s *Server) waitReady(within time.Duration) error {
