@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,4 +329,49 @@ func TestFaultRestart(t *testing.T) {
 			})
 		})
 	}
+}
+
+func TestFaultHolderPausedPastLease(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	const lease = time.Second
+	var runs, violations int64
+	for i := 0; i < 3; i++ {
+		key := fmt.Sprintf("paused-holder:%d", i)
+		child, lines := startChild(t, "paused-holder", "REDIS_ADDR="+srv.Addr, "LOCK_KEY="+key, "LOCK_LEASE="+lease.String())
+		oldToken := parseInt(t, expectLine(t, lines, "acquired")[0])
+
+		if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lease + 500*time.Millisecond)
+		next := NewRedisLock(FromGoRedis(c), key, WithFencing())
+		if err := next.AcquireWait(context.Background()); err != nil {
+			t.Fatalf("the next holder: %v", err)
+		}
+		newToken := next.Token()
+		if n, err := fenceWrite.Run(context.Background(), c, []string{key + ":resource"}, newToken).Int(); err != nil || n != 1 {
+			t.Fatalf("the new holder's write: %v, %v", n, err)
+		}
+		if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		f := expectLine(t, lines, "lost")
+		afterResume, isLoss, staleAccepted := parseInt(t, f[0]), f[1] == "true", f[2] == "true"
+		runs++
+		if afterResume > int64(lease/3/time.Millisecond) || !isLoss || staleAccepted || newToken <= oldToken {
+			violations++
+		}
+		t.Logf("run %d: Done closed %dms after resuming (renewal interval %v), ErrLockLost %v, stale write accepted %v, tokens %d then %d",
+			i, afterResume, lease/3, isLoss, staleAccepted, oldToken, newToken)
+		if err := child.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+		mustRelease(t, next)
+	}
+	recordFault(t, faultRow{
+		Case: "1. holder paused past its lease", Injection: "SIGSTOP a holder process for 1.5s, lease 1s",
+		Promise: "Done within one renewal interval of resuming, ErrLockLost, its fenced write refused, the next token higher",
+		Runs:    runs, Faults: runs, Violations: violations,
+	})
 }

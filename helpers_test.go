@@ -19,6 +19,9 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if role := os.Getenv(childRoleEnv); role != "" { // a re-executed test binary
+		os.Exit(runChild(role))
+	}
 	if !testing.Verbose() {
 		logx.Disable() // the background logs are asserted through Err, not read
 	}
