@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +72,8 @@ func runChild(role string) int {
 	switch role {
 	case "paused-holder":
 		err = pausedHolder(os.Stdout)
+	case "hammer":
+		err = hammerChild(os.Stdout)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -130,6 +134,66 @@ func pausedHolder(out io.Writer) error {
 			last = now
 		}
 	}
+}
+
+// hammerWrite is the read-modify-write of the hammer: it sets the counter
+// KEYS[1] to ARGV[2] if the token ARGV[1] is higher than every token seen
+// before, and replies 1; otherwise it changes nothing and replies 0.
+var hammerWrite = redis.NewScript(`
+local highest = tonumber(redis.call("HGET", KEYS[1], "token") or "0")
+if tonumber(ARGV[1]) <= highest then
+  return 0
+end
+redis.call("HSET", KEYS[1], "token", ARGV[1], "count", ARGV[2])
+return 1`)
+
+// hammerChild runs HAMMER_GOROUTINES goroutines, each with a fenced
+// RedisLock on one of HAMMER_KEYS keys, until HAMMER_ACQUISITIONS
+// acquisitions are done between them. Under each hold it reads the key's
+// counter and writes it back incremented, fenced. It reports the
+// increments that were accepted, the writes refused as out of order, and
+// the errors.
+func hammerChild(out io.Writer) error {
+	addr := os.Getenv("REDIS_ADDR")
+	keys, _ := strconv.Atoi(os.Getenv("HAMMER_KEYS"))
+	goroutines, _ := strconv.Atoi(os.Getenv("HAMMER_GOROUTINES"))
+	total, _ := strconv.ParseInt(os.Getenv("HAMMER_ACQUISITIONS"), 10, 64)
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * goroutines})
+	defer c.Close()
+	ctx := context.Background()
+	var remaining, accepted, refused, failed atomic.Int64
+	remaining.Store(total)
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		key := fmt.Sprintf("hammer:%d", g%keys)
+		rl := NewRedisLock(FromGoRedis(c), key, WithFencing(), WithExpiry(2*time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for remaining.Add(-1) >= 0 {
+				if err := rl.AcquireWait(ctx); err != nil {
+					failed.Add(1)
+					continue
+				}
+				n, err := c.HGet(ctx, key+":resource", "count").Int64()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					failed.Add(1)
+				} else if ok, err := hammerWrite.Run(ctx, c, []string{key + ":resource"}, rl.Token(), n+1).Int(); err != nil {
+					failed.Add(1)
+				} else if ok == 1 {
+					accepted.Add(1)
+				} else {
+					refused.Add(1)
+				}
+				if ok, err := rl.Release(); !ok || err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintln(out, "done", accepted.Load(), refused.Load(), failed.Load())
+	return nil
 }
 
 func parseInt(t *testing.T, s string) int64 {

@@ -1,10 +1,12 @@
 package redislock
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -373,5 +375,53 @@ func TestFaultHolderPausedPastLease(t *testing.T) {
 		Case: "1. holder paused past its lease", Injection: "SIGSTOP a holder process for 1.5s, lease 1s",
 		Promise: "Done within one renewal interval of resuming, ErrLockLost, its fenced write refused, the next token higher",
 		Runs:    runs, Faults: runs, Violations: violations,
+	})
+}
+
+func TestFaultHammer(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	const processes, goroutines, keys, total = 4, 16, 4, 100_000
+	start := time.Now()
+	type child struct {
+		cmd   *exec.Cmd
+		lines *bufio.Scanner
+	}
+	var children []child
+	for p := 0; p < processes; p++ {
+		cmd, lines := startChild(t, "hammer", "REDIS_ADDR="+srv.Addr,
+			fmt.Sprintf("HAMMER_KEYS=%d", keys), fmt.Sprintf("HAMMER_GOROUTINES=%d", goroutines),
+			fmt.Sprintf("HAMMER_ACQUISITIONS=%d", total/processes))
+		children = append(children, child{cmd, lines})
+	}
+	var accepted, refused, failed int64
+	for _, ch := range children {
+		f := expectLine(t, ch.lines, "done")
+		accepted += parseInt(t, f[0])
+		refused += parseInt(t, f[1])
+		failed += parseInt(t, f[2])
+		if err := ch.cmd.Wait(); err != nil {
+			t.Fatalf("hammer child: %v", err)
+		}
+	}
+	var counted int64
+	for k := 0; k < keys; k++ {
+		n, err := c.HGet(context.Background(), fmt.Sprintf("hammer:%d:resource", k), "count").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted += n
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d acquisitions by %d processes x %d goroutines on %d keys in %v (%.0f/s): counters sum to %d, %d increments accepted, %d refused, %d errors",
+		accepted+refused, processes, goroutines, keys, elapsed.Round(time.Millisecond), float64(accepted+refused)/elapsed.Seconds(), counted, accepted, refused, failed)
+	lostUpdates := accepted - counted
+	if lostUpdates < 0 {
+		lostUpdates = -lostUpdates
+	}
+	recordFault(t, faultRow{
+		Case: "5. hammer, 4 processes x 16 goroutines", Injection: "100,000 fenced read-modify-writes on 4 keys",
+		Promise: "counters equal the increments; no write out of token order; no error",
+		Runs:    accepted + refused, Faults: 0, Violations: lostUpdates + refused + failed + max(0, total-accepted-refused),
 	})
 }
