@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -423,5 +424,133 @@ func TestFaultHammer(t *testing.T) {
 		Case: "5. hammer, 4 processes x 16 goroutines", Injection: "100,000 fenced read-modify-writes on 4 keys",
 		Promise: "counters equal the increments; no write out of token order; no error",
 		Runs:    accepted + refused, Faults: 0, Violations: lostUpdates + refused + failed + max(0, total-accepted-refused),
+	})
+}
+
+// proxyWrite is the resource of case 4: it accepts a write only with a
+// token higher than any before, and lists the accepted tokens in order.
+var proxyWrite = redis.NewScript(`
+local highest = tonumber(redis.call("GET", KEYS[1]) or "0")
+if tonumber(ARGV[1]) <= highest then
+  return 0
+end
+redis.call("SET", KEYS[1], ARGV[1])
+redis.call("RPUSH", KEYS[2], ARGV[1])
+return 1`)
+
+func TestFaultFlakyNetwork(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: px.Addr(), DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, PoolSize: 32})
+	t.Cleanup(func() { _ = c.Close() })
+
+	type belief struct {
+		from, to time.Time
+		token    int64
+	}
+	var (
+		mu       sync.Mutex
+		beliefs  []belief
+		refused  atomic.Int64
+		wg       sync.WaitGroup
+		duration = 6 * time.Second
+		end      = time.Now().Add(duration)
+	)
+	for g := 0; g < 8; g++ {
+		rl := NewRedisLock(FromGoRedis(c), "flaky", WithExpiry(300*time.Millisecond), WithFencing())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				// Wait at most a second; the same ctx binds the hold, so
+				// the timer that ends the wait is stopped once it is ours.
+				ctx, cancel := context.WithCancel(context.Background())
+				giveUp := time.AfterFunc(time.Second, cancel)
+				err := rl.AcquireWait(ctx)
+				giveUp.Stop()
+				if err != nil {
+					cancel()
+					continue
+				}
+				from, token := time.Now(), rl.Token()
+				until := rl.Until()
+				wrote := false
+				for work := time.Duration(rand.Int64N(int64(200 * time.Millisecond))); time.Since(from) < work; time.Sleep(2 * time.Millisecond) {
+					if u := rl.Until(); !u.IsZero() {
+						until = u
+					}
+					if isClosed(rl.Done()) || !time.Now().Before(until) {
+						break // no longer ours by our own accounting
+					}
+					if !wrote { // one fenced write per hold, while we believe we hold
+						wrote = true
+						n, err := proxyWrite.Run(context.Background(), c, []string{"flaky:highest", "flaky:log"}, token).Int()
+						if err == nil && n == 0 {
+							refused.Add(1)
+						}
+					}
+				}
+				to := time.Now()
+				if until.Before(to) {
+					to = until
+				}
+				rl.Release()
+				cancel()
+				mu.Lock()
+				beliefs = append(beliefs, belief{from, to, token})
+				mu.Unlock()
+			}
+		}()
+	}
+	// The injector: a new fault every 200ms.
+	phases := []func(){
+		func() { px.delay.Store(0); px.dropPerK.Store(0) },
+		func() { px.delay.Store(int64(20 * time.Millisecond)) },
+		func() { px.delay.Store(int64(150 * time.Millisecond)) },
+		func() { px.delay.Store(int64(500 * time.Millisecond)) }, // longer than the lease
+		func() { px.delay.Store(0); px.dropPerK.Store(50) },
+		func() { px.cutAll() },
+	}
+	for time.Now().Before(end) {
+		phases[rand.IntN(len(phases))]()
+		time.Sleep(200 * time.Millisecond)
+	}
+	px.delay.Store(0)
+	px.dropPerK.Store(0)
+	wg.Wait()
+
+	// No two beliefs overlap.
+	sort.Slice(beliefs, func(i, j int) bool { return beliefs[i].from.Before(beliefs[j].from) })
+	var overlaps int64
+	var latest belief
+	for _, b := range beliefs {
+		if b.from.Before(latest.to) {
+			overlaps++
+			t.Logf("token %d believed it held from %v while token %d did until %v",
+				b.token, b.from.Format("15:04:05.000000"), latest.token, latest.to.Format("15:04:05.000000"))
+		}
+		if b.to.After(latest.to) {
+			latest = b
+		}
+	}
+	// The resource accepted tokens in strictly increasing order.
+	var outOfOrder int64
+	accepted := admin.LRange(context.Background(), "flaky:log", 0, -1).Val()
+	for i := 1; i < len(accepted); i++ {
+		prev, _ := strconv.ParseInt(accepted[i-1], 10, 64)
+		cur, _ := strconv.ParseInt(accepted[i], 10, 64)
+		if cur <= prev {
+			outOfOrder++
+		}
+	}
+	t.Logf("%d holds, %d fenced writes accepted, %d stale writes refused, %d faults injected", len(beliefs), len(accepted), refused.Load(), px.faults.Load())
+	if len(beliefs) < 10 {
+		t.Fatalf("only %d holds in %v: the test tested nothing", len(beliefs), duration)
+	}
+	recordFault(t, faultRow{
+		Case: "4. delays, drops and cuts (TCP proxy)", Injection: "chunks delayed 20-500ms, 5% of chunks dropping the connection, all connections cut; lease 300ms",
+		Promise: "no two holders believe they hold at once by their own Until; fenced writes strictly increase",
+		Runs:    int64(len(beliefs)), Faults: px.faults.Load(), Violations: overlaps + outOfOrder,
 	})
 }

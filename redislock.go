@@ -188,8 +188,8 @@ func (rl *RedisLock) Acquire() (bool, error) {
 // another owner holds it; and false with an error otherwise.
 //
 // A first acquisition is one SET NX PX on Redis. ctx then binds the hold:
-// when ctx ends, the watchdog stops, the lock is released in the background,
-// Done is closed and Err reports context.Cause(ctx). A re-entry is one round
+// when ctx ends, the watchdog stops, Done is closed, Err reports
+// context.Cause(ctx), and then the lock is released in the background. A re-entry is one round
 // trip that verifies ownership and refreshes the lease; ctx bounds only that
 // round trip. A re-entry that finds the key gone or taken ends the hold with
 // ErrLockLost and returns it.

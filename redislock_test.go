@@ -279,11 +279,11 @@ func TestMaxHold(t *testing.T) {
 	if !errors.Is(rl.Err(), ErrMaxHoldExceeded) {
 		t.Fatalf("Err = %v, want ErrMaxHoldExceeded", rl.Err())
 	}
-	if mr.Exists("k") {
-		t.Fatal("key kept after the maximum hold")
-	}
 	if ok, err := rl.Release(); ok || !errors.Is(err, ErrMaxHoldExceeded) {
 		t.Fatalf("Release = %v, %v; want false, ErrMaxHoldExceeded", ok, err)
+	}
+	if mr.Exists("k") { // Release waited for the watchdog's release
+		t.Fatal("key kept after the maximum hold")
 	}
 	mustAcquire(t, rl) // the next hold has its own maximum
 	mustRelease(t, rl)
@@ -291,25 +291,39 @@ func TestMaxHold(t *testing.T) {
 
 func TestHoldingContextEndsHold(t *testing.T) {
 	mr, c := newMini(t)
+	s := newSpy(FromGoRedis(c))
 	ctx, cancel := context.WithCancelCause(context.Background())
-	rl := NewRedisLock(FromGoRedis(c), "k")
+	rl := NewRedisLock(s, "k")
 	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
 		t.Fatalf("AcquireCtx = %v, %v", ok, err)
 	}
 	mustAcquire(t, rl) // a re-entry with another context does not rebind
+	unblock := make(chan struct{})
+	s.setFail(func(script *redis.Script) error {
+		if script == releaseScript {
+			<-unblock
+		}
+		return nil
+	})
 	cause := errors.New("shutting down")
 	cancel(cause)
-	waitDone(t, rl.Done(), "holding context cancelled")
-	if !errors.Is(rl.Err(), cause) {
-		t.Fatalf("Err = %v, want the cause", rl.Err())
+	// Done closes before the key is released, never after: the holder
+	// stops believing it holds before anyone else can take it.
+	waitDone(t, rl.Done(), "holding context cancelled, release held up")
+	if !errors.Is(rl.Err(), cause) || !rl.Until().IsZero() {
+		t.Fatalf("Err = %v, Until %v; want the cause and zero", rl.Err(), rl.Until())
 	}
-	if mr.Exists("k") {
-		t.Fatal("the lock was not released when its context ended")
+	if !mr.Exists("k") {
+		t.Fatal("released before the hold ended")
 	}
+	close(unblock)
 	for i := 0; i < 2; i++ {
 		if ok, err := rl.Release(); ok || !errors.Is(err, cause) {
 			t.Fatalf("Release = %v, %v; want false, the cause", ok, err)
 		}
+	}
+	if mr.Exists("k") {
+		t.Fatal("the lock was not released when its context ended")
 	}
 	mustAcquire(t, rl)
 	mustRelease(t, rl)
@@ -324,8 +338,8 @@ func TestHoldingContextWithoutWatchdog(t *testing.T) {
 	}
 	cancel()
 	waitDone(t, rl.Done(), "holding context cancelled")
-	if !errors.Is(rl.Err(), context.Canceled) || mr.Exists("k") {
-		t.Fatalf("Err %v, key exists %v", rl.Err(), mr.Exists("k"))
+	if ok, err := rl.Release(); ok || !errors.Is(err, context.Canceled) || mr.Exists("k") {
+		t.Fatalf("Release = %v, %v; key exists %v", ok, err, mr.Exists("k"))
 	}
 }
 

@@ -163,14 +163,17 @@ func (rl *RedisLock) stopWatching(h *hold) {
 	}
 }
 
-// finish releases the lock on the watchdog's own initiative and then ends
-// the hold with cause, so that Done closes once the key is gone (or the
-// release has failed and the key expires by itself).
+// finish ends the hold with cause and then releases the lock, on the
+// watchdog's own initiative. In that order: Done closes and Until turns
+// zero before the key can be taken by anyone else, so the holder never
+// believes it holds a lock that another may hold. A Release called after
+// Done returns once this release is over, because it waits for the
+// watchdog.
 func (rl *RedisLock) finish(h *hold, cause error) {
-	rl.releaseQuietly(h.parent, h.id)
 	rl.mu.Lock()
 	rl.endLocked(h, cause)
 	rl.mu.Unlock()
+	rl.releaseQuietly(h.parent, h.id)
 }
 
 // retryBackoff is the wait before renewal attempt n+1 after n failures in a

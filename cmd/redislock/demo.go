@@ -216,10 +216,10 @@ func (d *tour) maxHold() error {
 	for {
 		select {
 		case <-stuck.Done():
-			d.say("After 2.5s the watchdog stopped renewing and released it. Err() = %v", stuck.Err())
+			d.say("After 2.5s the hold ended and the watchdog released the key. Err() = %v", stuck.Err())
+			_, _ = stuck.Release() // returns the same reason, once the key is released
 			ok, err := next.Acquire()
 			d.say("The next run acquires it: %v, %v", ok, err)
-			_, _ = stuck.Release()
 			_, err = next.Release()
 			return err
 		case <-time.After(500 * time.Millisecond / d.scale):
@@ -247,8 +247,9 @@ func (d *tour) shutdown() error {
 	case <-time.After(10 * time.Second):
 		return errors.New("the hold did not end with its context")
 	}
-	d.say("Done() closed, Err() = %v; key still there: %v", l.Err(), d.exists(l.Key()))
-	_, _ = l.Release()
+	d.say("Done() closed first, Err() = %v; then the lock is released in the background.", l.Err())
+	ok, err := l.Release()
+	d.say("The deferred Release() = %v, %v returns once it is; key still there: %v", ok, err, d.exists(l.Key()))
 	return nil
 }
 

@@ -28,7 +28,8 @@ var demoOutcomes = []string{
 	"Release() = true, <nil>",
 	"errors.Is(err, redislock.ErrLockLost) = true",
 	"The next run acquires it: true, <nil>",
-	"Err() = service shutting down; key still there: false",
+	"Err() = service shutting down; then the lock is released",
+	"The deferred Release() = false, service shutting down returns once it is; key still there: false",
 	"That's the tour.",
 }
 

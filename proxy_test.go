@@ -1,0 +1,116 @@
+package redislock
+
+import (
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// faultProxy forwards loopback TCP connections to a server, and can delay
+// every chunk of data in both directions, drop a connection at random, or
+// cut all of them. Data is never reordered within a connection.
+type faultProxy struct {
+	ln       net.Listener
+	target   string
+	delay    atomic.Int64 // ns added before forwarding each chunk
+	dropPerK atomic.Int64 // chance per 1000 chunks of closing the connection
+	faults   atomic.Int64 // chunks delayed, connections dropped or cut
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *faultProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *faultProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *faultProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+// pipe copies src to dst until either fails, then closes both.
+func (p *faultProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer p.forget(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				p.faults.Add(1)
+				time.Sleep(d)
+			}
+			if k := p.dropPerK.Load(); k > 0 && rand.Int64N(1000) < k {
+				p.faults.Add(1)
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+func (p *faultProxy) forget(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// cutAll closes every connection, as a network partition that heals at once.
+func (p *faultProxy) cutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+		p.faults.Add(1)
+	}
+}
+
+func (p *faultProxy) close() {
+	p.ln.Close()
+	p.cutAll()
+	p.wg.Wait()
+}
