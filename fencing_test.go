@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,13 @@ func TestFencingTokensIncreaseAcrossHolders(t *testing.T) {
 			mustRelease(t, rl)
 		}
 	}
-	if v, _ := mr.Get("{job}:redislock:fence"); v != "6" {
-		t.Fatalf("counter = %q, want 6", v)
+	if v, _ := mr.Get("{job}:redislock:fence"); v != strconv.FormatInt(last, 10) {
+		t.Fatalf("counter = %q, want the last token %d", v, last)
+	}
+	// Tokens are at least the server's clock in microseconds, so that they
+	// go on increasing after a failover that lost the last increments.
+	if min := time.Now().Add(-time.Hour).UnixMicro(); last < min {
+		t.Fatalf("token %d is below the server's clock in microseconds", last)
 	}
 	if ttl := mr.TTL("{job}:redislock:fence"); ttl != 0 {
 		t.Fatalf("the counter has a TTL %v: it would restart the sequence", ttl)
@@ -62,8 +68,8 @@ func TestFencingKeepsTokenThroughRenewalsAndLosers(t *testing.T) {
 	if rl.Token() != tok {
 		t.Fatalf("renewals changed the token %d to %d", tok, rl.Token())
 	}
-	if v, _ := mr.Get("{k}:redislock:fence"); v != "1" {
-		t.Fatalf("losing attempts moved the counter to %q", v)
+	if v, _ := mr.Get("{k}:redislock:fence"); v != strconv.FormatInt(tok, 10) {
+		t.Fatalf("losing attempts moved the counter from %d to %q", tok, v)
 	}
 	mustRelease(t, rl)
 }
@@ -139,6 +145,30 @@ func TestUntilFollowsRenewals(t *testing.T) {
 	if !rl.Until().IsZero() {
 		t.Fatal("Until after release is not zero")
 	}
+}
+
+func TestFencingTokenAfterLostIncrements(t *testing.T) {
+	// A failover can promote a replica that missed the last increments: the
+	// counter goes back, and the server's clock keeps the tokens rising.
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k", WithFencing())
+	mustAcquire(t, rl)
+	stale := rl.Token()
+	mustRelease(t, rl)
+	_ = mr.Set("{k}:redislock:fence", strconv.FormatInt(stale-5, 10)) // as on the promoted replica
+	time.Sleep(time.Millisecond)
+	mustAcquire(t, rl)
+	if rl.Token() <= stale {
+		t.Fatalf("token %d after the counter went back, not above %d", rl.Token(), stale)
+	}
+	mustRelease(t, rl)
+	_ = mr.Set("{k}:redislock:fence", strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10)) // a clock ahead
+	before, _ := mr.Get("{k}:redislock:fence")
+	mustAcquire(t, rl)
+	if want, _ := strconv.ParseInt(before, 10, 64); rl.Token() != want+1 {
+		t.Fatalf("token %d, want the counter plus one %d", rl.Token(), want+1)
+	}
+	mustRelease(t, rl)
 }
 
 func TestFencedAcquireGarbage(t *testing.T) {
