@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -20,9 +19,10 @@ type faultProxy struct {
 	dropPerK atomic.Int64 // chance per 1000 chunks of closing the connection
 	faults   atomic.Int64 // chunks delayed, connections dropped or cut
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+	closing chan struct{} // ends every delay
 }
 
 func startProxy(t *testing.T, target string) *faultProxy {
@@ -30,7 +30,7 @@ func startProxy(t *testing.T, target string) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, closing: make(chan struct{})}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.close)
@@ -70,7 +70,11 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 		if n > 0 {
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				p.faults.Add(1)
-				time.Sleep(d)
+				select {
+				case <-time.After(d):
+				case <-p.closing:
+					return
+				}
 			}
 			if k := p.dropPerK.Load(); k > 0 && rand.Int64N(1000) < k {
 				p.faults.Add(1)
@@ -80,10 +84,7 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 				return
 			}
 		}
-		if err != nil {
-			if err != io.EOF {
-				return
-			}
+		if err != nil { // io.EOF or a closed connection alike
 			return
 		}
 	}
@@ -110,6 +111,7 @@ func (p *faultProxy) cutAll() {
 }
 
 func (p *faultProxy) close() {
+	close(p.closing)
 	p.ln.Close()
 	p.cutAll()
 	p.wg.Wait()

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -153,4 +154,41 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartSentinel starts a redis-sentinel on a free loopback port that
+// monitors the primary at masterAddr as masterName, with a quorum of one,
+// down-after-milliseconds 1000 and failover-timeout 10000. It needs
+// redis-sentinel.
+func StartSentinel(tb testing.TB, masterName, masterAddr string) *Server {
+	tb.Helper()
+	bin := Binary(tb, "redis-sentinel")
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var lastErr error
+	for range 5 {
+		p, err := FreePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		dir := tb.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
+			"sentinel monitor %s %s %s 1\n"+
+			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 10000\n",
+			p, dir, masterName, host, port, masterName, masterName)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), Port: p, bin: bin, args: []string{conf}}
+		if lastErr = s.run(); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+	}
+	tb.Fatalf("redisserver: sentinel: %v", lastErr)
+	return nil
 }
