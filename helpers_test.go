@@ -27,6 +27,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	printFaultReport(os.Stdout)
+	if path := os.Getenv("REDISLOCK_FAULT_REPORT"); path != "" { // .ci/run shows it
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			printFaultReport(f)
+			f.Close()
+		}
+	}
 	if code == 0 {
 		if err := goleak.Find(goZeroInitGoroutines...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
