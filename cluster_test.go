@@ -60,17 +60,8 @@ func TestClusterLocksAcrossSlots(t *testing.T) {
 
 func TestClusterWakeUp(t *testing.T) {
 	c, _ := startCluster(t)
-	holder := NewRedisLock(FromGoRedis(c), "cluster-wait", WithExpiry(30*time.Second))
-	mustAcquire(t, holder)
-	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "cluster-wait", WithPubSub(c))
-	elapsed := wakeByRelease(t, holder, rl, s)
-	if n := s.count(acquireScript); n != 2 {
-		t.Fatalf("%d attempts: the release did not wake the waiter through the cluster", n)
-	}
+	elapsed := requireReleaseWakes(t, c, "cluster-wait")
 	t.Logf("woken %v after the release, through a ClusterClient", elapsed)
-	mustRelease(t, rl)
-	requireNoHubs(t)
 }
 
 func TestClusterSlotMigrationKeepsLock(t *testing.T) {

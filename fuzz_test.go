@@ -14,6 +14,18 @@ import (
 // Fuzz targets: go test -fuzz FuzzKeysAndOptions (or FuzzFaultyReplies).
 // Their seeds run with the normal tests.
 
+// fuzzMini starts a miniredis for a fuzz target and a client of it.
+func fuzzMini(f *testing.F) (*miniredis.Miniredis, *redis.Client) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(mr.Close)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	f.Cleanup(func() { _ = c.Close() })
+	return mr, c
+}
+
 // ourErrors are the errors bad input may give.
 var ourErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrInvalidExpiry, ErrNilStore}
 
@@ -34,13 +46,7 @@ func FuzzKeysAndOptions(f *testing.F) {
 	} {
 		f.Add(seed.key, seed.expiry, seed.maxHold, seed.setExpire, seed.fencing, seed.useSetExpire)
 	}
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(mr.Close)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	f.Cleanup(func() { _ = c.Close() })
+	mr, c := fuzzMini(f)
 
 	f.Fuzz(func(t *testing.T, key string, expiry, maxHold int64, setExpire int, fencing, useSetExpire bool) {
 		mr.FlushAll()
@@ -144,13 +150,7 @@ func FuzzFaultyReplies(f *testing.F) {
 	f.Add([]byte{0x84, 0x83, 0x81}, int64(0), "OK", true, false)
 	f.Add([]byte{6, 3, 0x86}, int64(7), "NOSCRIPT", false, true)
 	f.Add([]byte{0, 3, 3, 3}, int64(-1), "", true, true)
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(mr.Close)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	f.Cleanup(func() { _ = c.Close() })
+	mr, c := fuzzMini(f)
 
 	f.Fuzz(func(t *testing.T, plan []byte, n int64, s string, fencing, foreignHolds bool) {
 		mr.FlushAll()

@@ -97,18 +97,27 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 }
 
 func TestRealReleaseEndsWaitNotLease(t *testing.T) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t)
-	holder := NewRedisLock(FromGoRedis(c), "long", WithExpiry(30*time.Second))
+	elapsed := requireReleaseWakes(t, redisserver.Start(t).Client(t), "long")
+	t.Logf("release to acquisition: %v (holder's lease 30s)", elapsed)
+}
+
+// requireReleaseWakes has a waiter through c wait on a holder with a 30s
+// lease, and checks that the release, not a timer, ends the wait: two
+// attempts, one that lost and one after the wake-up. It returns how long
+// after the release the waiter had the lock.
+func requireReleaseWakes(t *testing.T, c redis.UniversalClient, key string) time.Duration {
+	t.Helper()
+	holder := NewRedisLock(FromGoRedis(c), key, WithExpiry(30*time.Second))
 	mustAcquire(t, holder)
 	s := newSpy(FromGoRedis(c))
-	rl := NewRedisLock(s, "long", WithPubSub(c))
+	rl := NewRedisLock(s, key, WithPubSub(c))
 	elapsed := wakeByRelease(t, holder, rl, s)
 	if n := s.count(acquireScript); n != 2 {
 		t.Fatalf("%d attempts, want 2: the wake-up, not a timer, ended the wait", n)
 	}
-	t.Logf("release to acquisition: %v (holder's lease 30s)", elapsed)
 	mustRelease(t, rl)
+	requireNoHubs(t)
+	return elapsed
 }
 
 func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
