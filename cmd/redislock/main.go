@@ -1,6 +1,12 @@
 // Command redislock works with redislock's distributed locks on Redis.
 //
+//	redislock run [flags] KEY -- COMMAND [ARGS...]
+//	redislock status [flags] KEY
 //	redislock demo [-addr host:port]
+//
+// run holds KEY while COMMAND runs, like flock across machines: see
+// "redislock run -h" for its flags and exit statuses. status tells whether
+// KEY is held, for how long still, and by which owner id.
 //
 // demo shows what the library does, narrated, in about 20 seconds: workers
 // contending for one lock, a nested re-entry, a long job kept alive by the
@@ -18,6 +24,8 @@ import (
 const usage = `usage: redislock <command> [flags]
 
 commands:
+  run     run a command while holding a lock: redislock run [flags] KEY -- COMMAND [ARGS...]
+  status  whether a lock is held, for how long, and by whom: redislock status [flags] KEY
   demo    a narrated tour of the lock, on an embedded Redis or on -addr
 `
 
@@ -34,6 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "run":
+		return runCmd(args[1:], stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -12,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("REDISLOCK_CLI") == "1" { // the tests run the binary as the command
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/proc.init.1.func1"),
 		goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/stat.init.1.func1"),

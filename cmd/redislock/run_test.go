@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+
+	"github.com/redislock/redislock"
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// cli is the redislock command (this test binary, run as the command),
+// with the marks file F in its environment. Its stderr goes to errOut.
+type cli struct {
+	cmd    *exec.Cmd
+	errOut *bytes.Buffer
+}
+
+func newCLI(t *testing.T, marks string, args ...string) *cli {
+	c := &cli{cmd: exec.Command(os.Args[0], args...), errOut: &bytes.Buffer{}}
+	c.cmd.Env = append(os.Environ(), "REDISLOCK_CLI=1", "F="+marks)
+	c.cmd.Stderr = c.errOut
+	return c
+}
+
+// code runs (or waits for) the command and returns its exit status.
+func (c *cli) code(t *testing.T) int {
+	t.Helper()
+	var err error
+	if c.cmd.Process == nil {
+		err = c.cmd.Run()
+	} else {
+		err = c.cmd.Wait()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+func marksFile(t *testing.T) string { return filepath.Join(t.TempDir(), "marks") }
+
+func readMarks(t *testing.T, f string) []string {
+	b, err := os.ReadFile(f)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
+}
+
+// waitMark waits up to 10s for mark in the file.
+func waitMark(t *testing.T, f, mark string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, m := range readMarks(t, f) {
+			if m == mark {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q mark in %v", mark, readMarks(t, f))
+		}
+	}
+}
+
+func TestRunNeverOverlaps(t *testing.T) {
+	srv := redisserver.Start(t)
+	f := marksFile(t)
+	script := `echo start-$1 >> "$F"; sleep 0.2; echo end-$1 >> "$F"`
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		c := newCLI(t, f, "run", "-addr", srv.Addr, "-wait", "30s", "nightly", "--", "sh", "-c", script, "sh", strconv.Itoa(i))
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i] = c.code(t) }()
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != 0 {
+			t.Fatalf("run %d exited %d", i, code)
+		}
+	}
+	marks := readMarks(t, f)
+	if len(marks) != 8 {
+		t.Fatalf("marks %v", marks)
+	}
+	for i := 0; i < len(marks); i += 2 { // start-N end-N, never interleaved
+		if !strings.HasPrefix(marks[i], "start-") || marks[i+1] != "end-"+strings.TrimPrefix(marks[i], "start-") {
+			t.Fatalf("runs overlapped: %v", marks)
+		}
+	}
+}
+
+func TestRunBusy(t *testing.T) {
+	srv := redisserver.Start(t)
+	holder := redislock.NewRedisLock(redislock.FromGoRedis(srv.Client(t)), "busy")
+	if ok, err := holder.Acquire(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	defer holder.Release()
+	f := marksFile(t)
+	for _, wait := range []string{"0", "300ms"} {
+		c := newCLI(t, f, "run", "-addr", srv.Addr, "-wait", wait, "busy", "--", "sh", "-c", `echo ran >> "$F"`)
+		if code := c.code(t); code != exitBusy {
+			t.Fatalf("-wait %s: exit %d, want %d (busy); stderr %q", wait, code, exitBusy, c.errOut)
+		}
+		if !strings.Contains(c.errOut.String(), "held by another owner") {
+			t.Fatalf("-wait %s: stderr %q does not say why", wait, c.errOut)
+		}
+	}
+	if marks := readMarks(t, f); len(marks) != 0 {
+		t.Fatalf("the command ran without the lock: %v", marks)
+	}
+}
+
+func TestRunLossStopsCommand(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	f := marksFile(t)
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "-ttl", "600ms", "lossy", "--", "sh", "-c",
+		`trap 'echo got-TERM >> "$F"; kill $!; exit 0' TERM; echo started >> "$F"; sleep 30 & wait`)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	admin.Del(context.Background(), "lossy")
+	if code := c.code(t); code != exitLost {
+		t.Fatalf("exit %d, want %d (lost); stderr %q", code, exitLost, c.errOut)
+	}
+	waitMark(t, f, "got-TERM")
+	if !strings.Contains(c.errOut.String(), "lock lost") {
+		t.Fatalf("stderr %q does not say the lock was lost", c.errOut)
+	}
+}
+
+func TestRunLossKillsAfterGrace(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	f := marksFile(t)
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "-ttl", "600ms", "-grace", "300ms", "stubborn", "--", "sh", "-c",
+		`trap '' TERM; echo started >> "$F"; exec sleep 30`)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	admin.Del(context.Background(), "stubborn")
+	if code := c.code(t); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, c.errOut)
+	}
+	if !strings.Contains(c.errOut.String(), "killing it") {
+		t.Fatalf("stderr %q: the command ignoring SIGTERM was not killed", c.errOut)
+	}
+}
+
+func TestRunForwardsSignalsAndReleases(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	f := marksFile(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		c := newCLI(t, f, "run", "-addr", srv.Addr, "signalled", "--", "sh", "-c",
+			`trap 'echo got-`+strconv.Itoa(int(sig))+` >> "$F"; kill $!; exit 3' INT TERM; echo started-`+strconv.Itoa(int(sig))+` >> "$F"; sleep 30 & wait`)
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitMark(t, f, "started-"+strconv.Itoa(int(sig)))
+		if admin.Exists(context.Background(), "signalled").Val() != 1 {
+			t.Fatal("the lock is not held while the command runs")
+		}
+		if err := c.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := c.code(t); code != 3 {
+			t.Fatalf("%v: exit %d, want the command's 3; stderr %q", sig, code, c.errOut)
+		}
+		waitMark(t, f, "got-"+strconv.Itoa(int(sig)))
+		if admin.Exists(context.Background(), "signalled").Val() != 0 {
+			t.Fatalf("%v: the lock was not released", sig)
+		}
+	}
+}
+
+func TestRunFencingTokenAndStatus(t *testing.T) {
+	srv := redisserver.Start(t)
+	f := marksFile(t)
+	var out bytes.Buffer
+	if code := run([]string{"status", "-addr", srv.Addr, "report"}, &out, &out); code != 0 || out.String() != "report: free\n" {
+		t.Fatalf("status of a free key: %d %q", code, out.String())
+	}
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "-fencing", "report", "--", "sh", "-c",
+		`echo token-$REDISLOCK_TOKEN >> "$F"; echo started >> "$F"; sleep 0.5`)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	out.Reset()
+	if code := run([]string{"status", "-addr", srv.Addr, "report"}, &out, &out); code != 0 ||
+		!strings.HasPrefix(out.String(), "report: held by ") || !strings.HasSuffix(out.String(), " left\n") {
+		t.Fatalf("status of a held key: %d %q", code, out.String())
+	}
+	if code := c.code(t); code != 0 {
+		t.Fatalf("exit %d; stderr %q", code, c.errOut)
+	}
+	token, err := strconv.ParseInt(strings.TrimPrefix(readMarks(t, f)[0], "token-"), 10, 64)
+	if err != nil || token <= 0 {
+		t.Fatalf("REDISLOCK_TOKEN: %v, %v", readMarks(t, f), err)
+	}
+}
+
+func TestRunUsageAndMissingCommand(t *testing.T) {
+	srv := redisserver.Start(t)
+	var out bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"run", "-addr", srv.Addr}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "k"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "-ttl", "-1s", "k", "--", "true"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "", "--", "true"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "k", "--", "no-such-command-here"}, exitNotFound},
+		{[]string{"run", "-addr", "127.0.0.1:1", "k", "--", "true"}, exitUnavailable},
+		{[]string{"run", "-addr", srv.Addr, "k", "--", "sh", "-c", "exit 7"}, 7},
+		{[]string{"status", "-addr", "127.0.0.1:1", "k"}, exitUnavailable},
+		{[]string{"status"}, exitUsage},
+	} {
+		out.Reset()
+		if code := run(tc.args, &out, &out); code != tc.want {
+			t.Errorf("%v: exit %d, want %d: %s", tc.args, code, tc.want, out.String())
+		}
+	}
+	if n := srv.Client(t).Exists(context.Background(), "k").Val(); n != 0 {
+		t.Fatal("a run left its lock behind")
+	}
+}
