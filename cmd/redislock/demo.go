@@ -118,11 +118,10 @@ func (d *tour) contention() error {
 			}
 			d.say("worker-%d acquired the lock after %d tries; billing for 1.5s...", w, tries)
 			d.wait(1500 * time.Millisecond)
+			d.say("worker-%d releases it.", w) // said first: the next can only take it after
 			if _, err := l.Release(); err != nil {
 				errs <- err
-				return
 			}
-			d.say("worker-%d released it.", w)
 		}()
 		d.wait(20 * time.Millisecond) // let them arrive in order
 	}

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 // demoOutcomes are lines each scene of the demo prints only when the lock
 // behaved as the scene says.
 var demoOutcomes = []string{
-	"worker-1 released it.", "worker-2 released it.", "worker-3 released it.",
+	"worker-1 releases it.", "worker-2 releases it.", "worker-3 releases it.",
 	"Holds() = 2",
 	"released once: Holds() = 1, key still there: true, a different RedisLock gets it: false",
 	"released the outer hold: Holds() = 0, key still there: false",
@@ -56,7 +56,7 @@ func checkDemo(t *testing.T, args ...string) {
 }
 
 // takeTurns checks that in the demo's first scene every worker's
-// "acquired" is followed by its own "released" before anyone acquires.
+// "acquired" is followed by its own "releases" before anyone acquires.
 func takeTurns(out string) error {
 	holder, turns := "", 0
 	for _, line := range strings.Split(out, "\n") {
@@ -70,7 +70,7 @@ func takeTurns(out string) error {
 				return fmt.Errorf("%s acquired while %s held the lock", w, holder)
 			}
 			holder = w
-		case "released":
+		case "releases":
 			if holder != w {
 				return fmt.Errorf("%s released while %q held the lock", w, holder)
 			}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/redislock/redislock"
 	"github.com/redislock/redislock/internal/redisserver"
 )
