@@ -224,6 +224,9 @@ func (d *tour) maxHold() error {
 		case <-time.After(500 * time.Millisecond / d.scale):
 			ok, _ := next.Acquire()
 			d.say("  the next run tries: acquired = %v", ok)
+			if ok { // only just freed: give it back, it is taken below
+				_, _ = next.Release()
+			}
 		}
 	}
 }
