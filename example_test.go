@@ -2,14 +2,144 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	zredis "github.com/zeromicro/go-zero/core/stores/redis"
 
 	"github.com/redislock/redislock"
 )
+
+// startRedis stands in for your Redis in the examples.
+func startRedis() *miniredis.Miniredis {
+	mr := miniredis.NewMiniRedis()
+	mr.ClockTTL(true) // TTLs follow the clock, as on a real server
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	return mr
+}
+
+// A go-zero service switches by changing one import.
+func ExampleNewRedisLock_goZero() {
+	mr := startRedis()
+	defer mr.Close()
+
+	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType})
+	lock := redislock.NewRedisLock(store, "invoice:42")
+	lock.SetExpire(10) // a 10.5s lease, renewed while held
+
+	ok, err := lock.Acquire()
+	fmt.Println("acquired:", ok, err)
+	// ... bill the customer ...
+	ok, err = lock.Release()
+	fmt.Println("released:", ok, err)
+	// Output:
+	// acquired: true <nil>
+	// released: true <nil>
+}
+
+// With go-redis v9, adapt the client; Client, ClusterClient, Ring and the
+// failover client all work.
+func ExampleFromGoRedis() {
+	mr := startRedis()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	lock := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "report:nightly", redislock.WithExpiry(5*time.Second))
+	other := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "report:nightly")
+
+	ok, err := lock.AcquireCtx(context.Background())
+	fmt.Println("first:", ok, err)
+	ok, err = other.AcquireCtx(context.Background())
+	fmt.Println("second, while the first holds it:", ok, err)
+	lock.Release()
+	// Output:
+	// first: true <nil>
+	// second, while the first holds it: false <nil>
+}
+
+// Nested calls re-enter the lock they hold: n acquisitions need n releases.
+func ExampleRedisLock_Holds() {
+	mr := startRedis()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	lock := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "account:7")
+
+	writeLedger := func() {
+		lock.Acquire() // re-enters: one round trip checks that it is still ours
+		defer lock.Release()
+		fmt.Println("in writeLedger, holds:", lock.Holds())
+	}
+	lock.Acquire()
+	writeLedger()
+	fmt.Println("back, holds:", lock.Holds(), "key still there:", mr.Exists("account:7"))
+	lock.Release()
+	fmt.Println("released, key still there:", mr.Exists("account:7"))
+	// Output:
+	// in writeLedger, holds: 2
+	// back, holds: 1 key still there: true
+	// released, key still there: false
+}
+
+// A job longer than its lease: the watchdog renews it, and Done tells the
+// job at once when the lock is lost all the same.
+func ExampleRedisLock_Done() {
+	mr := startRedis()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	lock := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "migration", redislock.WithExpiry(300*time.Millisecond))
+
+	lock.Acquire()
+	defer lock.Release()
+	for step := 1; step <= 3; step++ {
+		select {
+		case <-lock.Done():
+			fmt.Println("lost:", lock.Err())
+			return
+		case <-time.After(300 * time.Millisecond): // one lease per step
+			fmt.Printf("step %d done, still ours: %v\n", step, mr.Exists("migration"))
+		}
+	}
+	mr.Del("migration") // as a failover or an operator would
+	<-lock.Done()
+	fmt.Println("lost:", errors.Is(lock.Err(), redislock.ErrLockLost))
+	// Output:
+	// step 1 done, still ours: true
+	// step 2 done, still ours: true
+	// step 3 done, still ours: true
+	// lost: true
+}
+
+// AcquireWait blocks until the lock is released, or its context ends.
+func ExampleRedisLock_AcquireWait() {
+	mr := startRedis()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	holder := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "cron:cleanup")
+	waiter := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "cron:cleanup")
+	holder.Acquire()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := waiter.AcquireWait(ctx)
+	cancel()
+	fmt.Println("gave up:", errors.Is(err, redislock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+
+	time.AfterFunc(50*time.Millisecond, func() { holder.Release() })
+	err = waiter.AcquireWait(context.Background()) // woken by the release
+	fmt.Println("acquired after the release:", err == nil)
+	waiter.Release()
+	// Output:
+	// gave up: true true
+	// acquired after the release: true
+}
 
 // fencedWrite is the protected resource's side of fencing: a Redis hash that
 // records the highest token it has seen and refuses writes with a lower one.
@@ -25,7 +155,7 @@ redis.call("HSET", KEYS[1], "token", ARGV[1], "body", ARGV[2])
 return 1`)
 
 func ExampleWithFencing() {
-	mr := miniredis.NewMiniRedis()
+	mr := miniredis.NewMiniRedis() // FastForward moves its TTLs
 	if err := mr.Start(); err != nil {
 		panic(err)
 	}

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if !testing.Verbose() {
 		logx.Disable() // the background logs are asserted through Err, not read
 	}
+	logx.SetWriter(logx.NewWriter(os.Stderr)) // examples compare stdout
 	code := m.Run()
 	printFaultReport(os.Stdout)
 	if path := os.Getenv("REDISLOCK_FAULT_REPORT"); path != "" { // .ci/run shows it
