@@ -201,6 +201,22 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	return ok, err
 }
 
+// countAcquire records an acquisition attempt's result.
+func countAcquire(reentry, ok bool, err error) {
+	switch {
+	case ok && reentry:
+		metricAcquisitions.Inc("reentered")
+	case ok:
+		metricAcquisitions.Inc("acquired")
+	case errors.Is(err, ErrLockLost), errors.Is(err, ErrMaxHoldExceeded):
+		metricAcquisitions.Inc("lost")
+	case err != nil:
+		metricAcquisitions.Inc("error")
+	default:
+		metricAcquisitions.Inc("busy")
+	}
+}
+
 // acquireCtx is AcquireCtx, also returning the holder's remaining lease when
 // another owner holds the lock (negative when its key has no expiry).
 func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
@@ -213,10 +229,12 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 		if h.ended {
 			err := h.err
 			rl.mu.Unlock()
+			countAcquire(true, false, err)
 			return false, 0, err
 		}
 		rl.mu.Unlock()
 		ok, err := rl.reenter(ctx, h)
+		countAcquire(true, ok, err)
 		return ok, 0, err
 	}
 	rl.mu.Unlock()
@@ -225,7 +243,9 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 	if err := validExpiry(lease); err != nil {
 		return false, 0, err
 	}
-	return rl.acquire(ctx, lease)
+	ok, pttl, err := rl.acquire(ctx, lease)
+	countAcquire(false, ok, err)
+	return ok, pttl, err
 }
 
 // acquire makes a first acquisition. The caller holds rl.op.
@@ -262,6 +282,7 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 	}
 	rl.mu.Lock()
 	rl.cur, rl.owed = h, 1
+	metricHeld.Inc()
 	now := rl.clock.Now()
 	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
 	if first := rl.firstDuty(h); !first.IsZero() {
@@ -484,6 +505,7 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	h.timer.Stop()
 	h.stopLocked()
 	close(h.done)
+	rl.countEnd(h, cause)
 	switch {
 	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
@@ -530,11 +552,11 @@ func (rl *RedisLock) leaseRanOut(h *hold) {
 	var err error
 	switch {
 	case h.lastErr != nil:
-		err = fmt.Errorf("%w: %q: lease ran out while renewals failed: %w", ErrLockLost, rl.key, h.lastErr)
+		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, h.lastErr)
 	case rl.watchdog:
-		err = fmt.Errorf("%w: %q: lease ran out before a renewal got through", ErrLockLost, rl.key)
+		err = fmt.Errorf("%w: %q: %w before a renewal got through", ErrLockLost, rl.key, errLeaseRanOut)
 	default:
-		err = fmt.Errorf("%w: %q: lease of %v ran out (no watchdog)", ErrLockLost, rl.key, h.lease)
+		err = fmt.Errorf("%w: %q: %w: %v (no watchdog)", ErrLockLost, rl.key, errLeaseRanOut, h.lease)
 	}
 	rl.endLocked(h, err)
 }

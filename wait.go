@@ -27,10 +27,11 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 //
 // When ctx ends it returns an error matching both ErrNotAcquired and
 // ctx.Err(); a Redis error is returned as such.
-func (rl *RedisLock) AcquireWait(ctx context.Context) error {
+func (rl *RedisLock) AcquireWait(ctx context.Context) (err error) {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
+	defer func(start time.Time) { countWait(start, err) }(time.Now())
 	if err := retryErr(rl.retry); err != nil {
 		return err
 	}

@@ -126,6 +126,14 @@ func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
 	ctx, cancel := context.WithTimeout(h.ctx, max(timeout, time.Millisecond))
 	ok, err := rl.extend(ctx, h.id, h.leaseMs)
 	cancel()
+	switch {
+	case err != nil:
+		metricRenewals.Inc("failed")
+	case ok:
+		metricRenewals.Inc("ok")
+	default:
+		metricRenewals.Inc("lost")
+	}
 
 	rl.mu.Lock()
 	switch {

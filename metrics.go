@@ -1,0 +1,84 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/zeromicro/go-zero/core/metric"
+)
+
+// Metrics, through go-zero's core/metric: registered with Prometheus's
+// default registry, and no-ops unless the service enables Prometheus (as a
+// go-zero service does with its Prometheus config). None has a key label,
+// so that their number does not grow with the number of lock names.
+var (
+	metricAcquisitions = metric.NewCounterVec(&metric.CounterVecOpts{
+		Namespace: "redislock", Name: "acquisitions_total",
+		Help:   "Acquisition attempts by result: acquired, reentered, busy, lost (a re-entry found the lock gone), error.",
+		Labels: []string{"result"},
+	})
+	metricWait = metric.NewHistogramVec(&metric.HistogramVecOpts{
+		Namespace: "redislock", Name: "wait_duration_seconds",
+		Help:    "How long AcquireWait waited, by outcome: acquired, gave_up, error.",
+		Labels:  []string{"outcome"},
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
+	metricHold = metric.NewHistogramVec(&metric.HistogramVecOpts{
+		Namespace: "redislock", Name: "hold_duration_seconds",
+		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, context.",
+		Labels:  []string{"end"},
+		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
+	})
+	metricRenewals = metric.NewCounterVec(&metric.CounterVecOpts{
+		Namespace: "redislock", Name: "renewals_total",
+		Help:   "Watchdog renewals by result: ok, lost (the key was gone or taken), failed (retried).",
+		Labels: []string{"result"},
+	})
+	metricLosses = metric.NewCounterVec(&metric.CounterVecOpts{
+		Namespace: "redislock", Name: "losses_total",
+		Help:   "Holds lost, by cause: key_gone (deleted, expired or taken, found by a renewal, re-entry, release or TTL), lease_ran_out (renewals failed until the validity deadline).",
+		Labels: []string{"cause"},
+	})
+	metricHeld = metric.NewGaugeVec(&metric.GaugeVecOpts{
+		Namespace: "redislock", Name: "held",
+		Help: "Locks held by this process now.",
+	})
+)
+
+// errLeaseRanOut is in the chain of the loss reported when renewals failed
+// until the validity deadline.
+var errLeaseRanOut = errors.New("lease ran out")
+
+// countEnd records the end of a hold. The caller holds rl.mu.
+func (rl *RedisLock) countEnd(h *hold, cause error) {
+	end := "released"
+	switch {
+	case cause == nil:
+	case errors.Is(cause, ErrLockLost):
+		end = "lost"
+		if errors.Is(cause, errLeaseRanOut) {
+			metricLosses.Inc("lease_ran_out")
+		} else {
+			metricLosses.Inc("key_gone")
+		}
+	case errors.Is(cause, ErrMaxHoldExceeded):
+		end = "max_hold"
+	default:
+		end = "context"
+	}
+	metricHold.ObserveFloat(rl.clock.Now().Sub(h.started).Seconds(), end)
+	metricHeld.Dec()
+}
+
+// countWait records how an AcquireWait that began at start ended.
+func countWait(start time.Time, err error) {
+	outcome := "acquired"
+	switch {
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		outcome = "gave_up"
+	case err != nil:
+		outcome = "error"
+	}
+	metricWait.ObserveFloat(time.Since(start).Seconds(), outcome)
+}

@@ -1,0 +1,147 @@
+package redislock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/prometheus"
+)
+
+// metricValue reads a metric from Prometheus's default registry: a
+// counter's or gauge's value, or a histogram's count, for the series whose
+// label (if any) has the given value.
+func metricValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := prom.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func TestMetrics(t *testing.T) {
+	prometheus.Enable()
+	type series struct{ name, label, value string }
+	watched := []series{
+		{"redislock_acquisitions_total", "result", "acquired"},
+		{"redislock_acquisitions_total", "result", "reentered"},
+		{"redislock_acquisitions_total", "result", "busy"},
+		{"redislock_acquisitions_total", "result", "lost"},
+		{"redislock_wait_duration_seconds", "outcome", "acquired"},
+		{"redislock_wait_duration_seconds", "outcome", "gave_up"},
+		{"redislock_hold_duration_seconds", "end", "released"},
+		{"redislock_hold_duration_seconds", "end", "lost"},
+		{"redislock_hold_duration_seconds", "end", "max_hold"},
+		{"redislock_hold_duration_seconds", "end", "context"},
+		{"redislock_renewals_total", "result", "ok"},
+		{"redislock_renewals_total", "result", "lost"},
+		{"redislock_losses_total", "cause", "key_gone"},
+		{"redislock_losses_total", "cause", "lease_ran_out"},
+		{"redislock_held", "", ""},
+	}
+	before := map[series]float64{}
+	for _, s := range watched {
+		before[s] = metricValue(t, s.name, s.label, s.value)
+	}
+
+	mr, c := newMini(t)
+	a := NewRedisLock(FromGoRedis(c), "m")
+	b := NewRedisLock(FromGoRedis(c), "m")
+	mustAcquire(t, a)             // acquired, held +1
+	mustAcquire(t, a)             // reentered
+	if ok, _ := b.Acquire(); ok { // busy
+		t.Fatal("b got a's lock")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_ = b.AcquireWait(ctx) // wait gave_up (one more busy attempt)
+	cancel()
+	if held := metricValue(t, "redislock_held", "", ""); held != before[watched[14]]+1 {
+		t.Fatalf("held = %v while a holds, want %v", held, before[watched[14]]+1)
+	}
+	mustRelease(t, a)
+	mustRelease(t, a)                                           // hold released
+	if err := b.AcquireWait(context.Background()); err != nil { // wait acquired
+		t.Fatal(err)
+	}
+	mr.Del("m")
+	if ok, _ := b.Acquire(); ok { // a re-entry that finds it gone: lost, key_gone
+		t.Fatal("re-entered a deleted lock")
+	}
+	b.Release()
+
+	w := newWatched(t, "renewed") // renewals ok, then lost; key_gone again
+	w.clk.Step(t)
+	w.mr.Del("renewed")
+	w.clk.Advance(time.Second)
+	waitDone(t, w.rl.Done(), "renewal after delete")
+	w.rl.Release()
+
+	f := newWatched(t, "failing") // renewals fail until the lease runs out
+	f.spy.setFail(func(*redis.Script) error { return netErr })
+	for !f.clk.StepOr(t, f.rl.Done()) {
+	}
+	f.rl.Release()
+
+	m := newWatched(t, "maxhold", WithMaxHold(time.Second)) // max_hold
+	m.clk.Advance(time.Second)
+	waitDone(t, m.rl.Done(), "max hold")
+	m.rl.Release()
+
+	hctx, hcancel := context.WithCancel(context.Background()) // context
+	h := NewRedisLock(FromGoRedis(c), "ctx")
+	if ok, err := h.AcquireCtx(hctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	hcancel()
+	waitDone(t, h.Done(), "context")
+	h.Release()
+
+	// Exact counts of what this test did: a, b, w, f, m and h each made one
+	// first acquisition; the losses are b's re-entry and w's renewal
+	// (key_gone) and f's lease (lease_ran_out).
+	for s, want := range map[series]float64{
+		watched[0]: 6, watched[1]: 1, watched[3]: 1,
+		watched[4]: 1, watched[5]: 1,
+		watched[6]: 1, watched[7]: 3, watched[8]: 1, watched[9]: 1,
+		watched[10]: 1, watched[11]: 1,
+		watched[12]: 2, watched[13]: 1,
+	} {
+		if got := metricValue(t, s.name, s.label, s.value) - before[s]; got != want {
+			t.Errorf("%s{%s=%q} went up by %v, want %v", s.name, s.label, s.value, got, want)
+		}
+	}
+	// b's Acquire, and maybe one attempt of the wait that gave up.
+	if got := metricValue(t, watched[2].name, watched[2].label, watched[2].value) - before[watched[2]]; got < 1 || got > 2 {
+		t.Errorf("busy went up by %v, want 1 or 2", got)
+	}
+	if got := metricValue(t, "redislock_held", "", "") - before[watched[14]]; got != 0 {
+		t.Errorf("held went from %v by %v, want back to where it was", before[watched[14]], got)
+	}
+}
