@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// writeResults writes results.md (the tables) and chart.svg.
+func writeResults(rows []row, d, heldFor time.Duration) error {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# Side-by-side: redislock and other Go Redis locks\n\n")
+	fmt.Fprintf(&b, "Run with `cd benchmarks && go run .` on %s (%s/%s, %d CPUs, %s), one redis-server on loopback, %s.\n",
+		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&b, "Lease %v everywhere. Each scenario runs %v; held locks are held %v.\n\n", lease, d, heldFor)
+
+	fmt.Fprintf(&b, "## Uncontended acquire+release (one key per goroutine)\n\n")
+	fmt.Fprintf(&b, "| library | 1 goroutine: pairs/s | p50 | p99 | 32 goroutines: pairs/s | p50 | p99 |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		u := r.uncontended
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", r.lib, u[0].perSec, us(u[0].p50), us(u[0].p99), u[1].perSec, us(u[1].p50), us(u[1].p99))
+	}
+	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, each library's own waiting\n\n")
+	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups). Handoff: from one holder's release call to the next different holder's acquisition. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
+	fmt.Fprintf(&b, "Holder changes/s counts acquisitions by a different contender than the last; fairness is the fewest acquisitions of a contender over the most (1 = equal turns, 0 = someone starved).\n\n")
+	for i, n := range []int{8, 32} {
+		fmt.Fprintf(&b, "%d contenders:\n\n| library | acq/s | holder changes/s | handoff p50 | p99 | commands/acq | fairness |\n|---|---|---|---|---|---|---|\n", n)
+		for _, r := range rows {
+			h := r.hot[i]
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %.1f | %.2f |\n", r.lib, h.perSec, h.switches, us(h.p50), us(h.p99), h.cmdsPer, h.minShare)
+		}
+		fmt.Fprintln(&b)
+	}
+	fmt.Fprintf(&b, "\n## %d locks held for %v with renewal at lease/3\n\n", heldLocks, heldFor)
+	fmt.Fprintf(&b, "redislock and rueidislock renew by themselves; for go-zero (re-acquire), bsm/redislock (Refresh) and redsync (Extend), a goroutine per lock renews every lease/3, as their documentation leaves it to users. Each library runs in a process of its own.\n\n")
+	fmt.Fprintf(&b, "| library | client CPU | CPU per lock per second | RSS per held lock | goroutines | Redis commands/s |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		h := r.held
+		if h.err != "" {
+			fmt.Fprintf(&b, "| %s | error: %s | | | | |\n", r.lib, h.err)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %v | %.1f µs | %.0f B | %d | %.0f |\n", r.lib, h.cpu.Round(time.Millisecond),
+			float64(h.cpu.Microseconds())/heldLocks/heldFor.Seconds(), h.rssPerLock, h.goroutines, h.cmdsPerSec)
+	}
+	if err := os.WriteFile("results.md", []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile("chart.svg", []byte(chart(rows)), 0o644)
+}
+
+func us(d time.Duration) string {
+	if d >= 10*time.Millisecond {
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// chart draws two bar charts side by side: how often the holder of the hot
+// key changed per second with 32 contenders, and Redis commands per
+// acquisition there.
+func chart(rows []row) string {
+	const w, h, pad, barH = 860, 60 + 36*5, 170, 24
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	panel := func(x0 int, title string, value func(r row) float64, format string) {
+		maxV := 0.0
+		for _, r := range rows {
+			maxV = max(maxV, value(r))
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="24" font-weight="bold">%s</text>`+"\n", x0, title)
+		for i, r := range rows {
+			y := 44 + i*36
+			v := value(r)
+			bw := 0.0
+			if maxV > 0 {
+				bw = v / maxV * float64(w/2-pad-60)
+			}
+			color := "#8a9bb0"
+			if r.lib == "redislock" {
+				color = "#d2452c"
+			}
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+pad-8, y+17, r.lib)
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", x0+pad, y, bw, barH, color)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">`+format+`</text>`+"\n", float64(x0+pad)+bw+6, y+17, v)
+		}
+	}
+	panel(10, "32 contenders on one key: holder changes/s ↑", func(r row) float64 { return r.hot[1].switches }, "%.0f")
+	panel(w/2+10, "Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f")
+	b.WriteString("</svg>\n")
+	return b.String()
+}
