@@ -125,42 +125,38 @@ func TestRunBusy(t *testing.T) {
 	}
 }
 
-func TestRunLossStopsCommand(t *testing.T) {
+// TestRunLoss deletes the key from outside while the command runs: the
+// command gets SIGTERM (and SIGKILL after -grace if it ignores it), and
+// run exits 70 saying why.
+func TestRunLoss(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
-	f := marksFile(t)
-	c := newCLI(t, f, "run", "-addr", srv.Addr, "-ttl", "600ms", "lossy", "--", "sh", "-c",
-		`trap 'echo got-TERM >> "$F"; kill $!; exit 0' TERM; echo started >> "$F"; sleep 30 & wait`)
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitMark(t, f, "started")
-	admin.Del(context.Background(), "lossy")
-	if code := c.code(t); code != exitLost {
-		t.Fatalf("exit %d, want %d (lost); stderr %q", code, exitLost, c.errOut)
-	}
-	waitMark(t, f, "got-TERM")
-	if !strings.Contains(c.errOut.String(), "lock lost") {
-		t.Fatalf("stderr %q does not say the lock was lost", c.errOut)
-	}
-}
-
-func TestRunLossKillsAfterGrace(t *testing.T) {
-	srv := redisserver.Start(t)
-	admin := srv.Client(t)
-	f := marksFile(t)
-	c := newCLI(t, f, "run", "-addr", srv.Addr, "-ttl", "600ms", "-grace", "300ms", "stubborn", "--", "sh", "-c",
-		`trap '' TERM; echo started >> "$F"; exec sleep 30`)
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitMark(t, f, "started")
-	admin.Del(context.Background(), "stubborn")
-	if code := c.code(t); code != exitLost {
-		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, c.errOut)
-	}
-	if !strings.Contains(c.errOut.String(), "killing it") {
-		t.Fatalf("stderr %q: the command ignoring SIGTERM was not killed", c.errOut)
+	for _, tc := range []struct {
+		name, script, stderr string
+		extra                []string
+	}{
+		{"stops on SIGTERM", `trap 'echo stopped >> "$F"; kill $!; exit 0' TERM; echo started >> "$F"; sleep 30 & wait`, "lock lost", nil},
+		{"killed after grace", `trap '' TERM; echo started >> "$F"; exec sleep 30`, "killing it", []string{"-grace", "300ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := marksFile(t)
+			args := append([]string{"run", "-addr", srv.Addr, "-ttl", "600ms"}, tc.extra...)
+			c := newCLI(t, f, append(args, "lossy", "--", "sh", "-c", tc.script)...)
+			if err := c.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitMark(t, f, "started")
+			admin.Del(context.Background(), "lossy")
+			if code := c.code(t); code != exitLost {
+				t.Fatalf("exit %d, want %d (lost); stderr %q", code, exitLost, c.errOut)
+			}
+			if !strings.Contains(c.errOut.String(), tc.stderr) {
+				t.Fatalf("stderr %q does not say %q", c.errOut, tc.stderr)
+			}
+			if tc.extra == nil {
+				waitMark(t, f, "stopped") // its SIGTERM handler ran
+			}
+		})
 	}
 }
 
