@@ -54,8 +54,9 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 		h    holders
 		errs = make(chan error, waiters+impatient)
 	)
-	// Impatient waiters give up at their deadline, within one retry interval.
-	maxRetry, _ := DefaultRetry.Backoff(1 << 20)
+	// Impatient waiters give up at their deadline, within one retry
+	// interval: the longest DefaultRetry waits (its jitter picks less).
+	maxRetry := DefaultRetry.(expRetry).max
 	for i := 0; i < impatient; i++ {
 		wg.Add(1)
 		go func() {
