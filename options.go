@@ -42,8 +42,9 @@ func WithExpiry(expiry time.Duration) Option {
 }
 
 // WithMaxHold bounds a hold: once maxHold has passed since the first
-// acquisition, the watchdog stops renewing, the lock is released, and the
-// hold ends with ErrMaxHoldExceeded. By default a hold has no bound.
+// acquisition, the watchdog stops renewing, the hold ends with
+// ErrMaxHoldExceeded, and the lock is released. By default a hold has no
+// bound.
 func WithMaxHold(maxHold time.Duration) Option {
 	return func(o *options) {
 		if maxHold <= 0 {
@@ -62,10 +63,13 @@ func WithoutWatchdog() Option {
 }
 
 // WithFencing makes every first acquisition mint a fencing token, atomically
-// with taking the lock: a per-key counter in Redis, incremented by each new
-// holder, so tokens strictly increase across holders; re-entries and
-// renewals keep the token. Token returns it; pass it to the resource you
-// protect, and have it refuse tokens lower than the highest it has seen.
+// with taking the lock: a per-key counter in Redis that each new holder
+// advances to the larger of its last value plus one and the server's clock
+// in microseconds, so tokens strictly increase across holders, and keep
+// increasing after a failover that lost the last increments as long as the
+// servers' clocks agree. Re-entries and renewals keep the token. Token
+// returns it; pass it to the resource you protect, and have it refuse
+// tokens lower than the highest it has seen.
 //
 // The counter is one more key per lock name, never expiring (an expiry
 // would restart the sequence): the lock key and ":redislock:fence" when the

@@ -27,11 +27,17 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 //
 // When ctx ends it returns an error matching both ErrNotAcquired and
 // ctx.Err(); a Redis error is returned as such.
-func (rl *RedisLock) AcquireWait(ctx context.Context) (err error) {
+func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
-	defer func(start time.Time) { countWait(start, err) }(time.Now())
+	start := time.Now()
+	err := rl.acquireWait(ctx)
+	countWait(start, err)
+	return err
+}
+
+func (rl *RedisLock) acquireWait(ctx context.Context) error {
 	if err := retryErr(rl.retry); err != nil {
 		return err
 	}
