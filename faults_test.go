@@ -450,19 +450,19 @@ func TestFaultFlakyNetwork(t *testing.T) {
 		token    int64
 	}
 	var (
-		mu       sync.Mutex
-		beliefs  []belief
-		refused  atomic.Int64
-		wg       sync.WaitGroup
-		duration = 6 * time.Second
-		end      = time.Now().Add(duration)
+		mu      sync.Mutex
+		beliefs []belief
+		holds   atomic.Int64
+		refused atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
 	)
 	for g := 0; g < 8; g++ {
 		rl := NewRedisLock(FromGoRedis(c), "flaky", WithExpiry(300*time.Millisecond), WithFencing())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(end) {
+			for !stop.Load() {
 				// Wait at most a second; the same ctx binds the hold, so
 				// the timer that ends the wait is stopped once it is ours.
 				ctx, cancel := context.WithCancel(context.Background())
@@ -500,24 +500,29 @@ func TestFaultFlakyNetwork(t *testing.T) {
 				mu.Lock()
 				beliefs = append(beliefs, belief{from, to, token})
 				mu.Unlock()
+				holds.Add(1)
 			}
 		}()
 	}
-	// The injector: a new fault every 200ms.
+	// The injector: every 400ms a fault for 200ms, then 200ms of calm, for
+	// at least 6s and until 20 holds have run (at most 30s), so that slow
+	// phases drawn back to back cannot leave the case untested.
+	calm := func() { px.delay.Store(0); px.dropPerK.Store(0) }
 	phases := []func(){
-		func() { px.delay.Store(0); px.dropPerK.Store(0) },
 		func() { px.delay.Store(int64(20 * time.Millisecond)) },
 		func() { px.delay.Store(int64(150 * time.Millisecond)) },
 		func() { px.delay.Store(int64(500 * time.Millisecond)) }, // longer than the lease
 		func() { px.delay.Store(0); px.dropPerK.Store(50) },
 		func() { px.cutAll() },
 	}
-	for time.Now().Before(end) {
+	start := time.Now()
+	for since := time.Duration(0); since < 6*time.Second || (holds.Load() < 20 && since < 30*time.Second); since = time.Since(start) {
 		phases[rand.IntN(len(phases))]()
 		time.Sleep(200 * time.Millisecond)
+		calm()
+		time.Sleep(200 * time.Millisecond)
 	}
-	px.delay.Store(0)
-	px.dropPerK.Store(0)
+	stop.Store(true)
 	wg.Wait()
 
 	// No two beliefs overlap.
@@ -546,10 +551,10 @@ func TestFaultFlakyNetwork(t *testing.T) {
 	}
 	t.Logf("%d holds, %d fenced writes accepted, %d stale writes refused, %d faults injected", len(beliefs), len(accepted), refused.Load(), px.faults.Load())
 	if len(beliefs) < 10 {
-		t.Fatalf("only %d holds in %v: the test tested nothing", len(beliefs), duration)
+		t.Fatalf("only %d holds in %v: the test tested nothing", len(beliefs), time.Since(start))
 	}
 	recordFault(t, faultRow{
-		Case: "4. delays, drops and cuts (TCP proxy)", Injection: "chunks delayed 20-500ms, 5% of chunks dropping the connection, all connections cut; lease 300ms",
+		Case: "4. delays, drops and cuts (TCP proxy)", Injection: "200ms faults between 200ms of calm: chunks delayed 20-500ms, 5% of chunks dropping the connection, all connections cut; lease 300ms",
 		Promise: "no two holders believe they hold at once by their own Until; fenced writes strictly increase",
 		Runs:    int64(len(beliefs)), Faults: px.faults.Load(), Violations: overlaps + outOfOrder,
 	})
