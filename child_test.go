@@ -16,11 +16,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // Some fault cases need holders in processes of their own: the test binary
 // runs itself again with childRoleEnv naming the role, and TestMain hands
-// over to runChild. Children talk to the parent in lines on stdout.
+// over to runChild. Children talk to the parent in lines on a pipe of
+// their own (file descriptor 3), not on stdout, where libraries may print:
+// go-zero's logx writes a usage line to stdout every minute.
 
 const childRoleEnv = "REDISLOCK_TEST_CHILD"
 
@@ -36,21 +39,40 @@ redis.call("HSET", KEYS[1], "token", ARGV[1])
 return 1`)
 
 // startChild runs this test binary as a child in role, with env, and
-// returns it with a reader of its stdout lines.
+// returns it with a reader of the lines it reports. Whatever the child
+// prints on stdout or stderr goes to the test's stderr.
 func startChild(t *testing.T, role string, env ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childRoleEnv+"="+role), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childRoleEnv+"="+role), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.ExtraFiles = []*os.File{w} // the child's fd 3
+	err = cmd.Start()
+	w.Close() // the child has its copy; reads end when the child exits
+	if err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, bufio.NewScanner(out)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); r.Close() })
+	return cmd, bufio.NewScanner(r)
+}
+
+// TestChildReportsOnItsOwnPipe: what a child prints on stdout does not
+// reach the parent's reader. A hammer child once ran past a minute, and
+// go-zero's usage log on stdout took the place of its "done".
+func TestChildReportsOnItsOwnPipe(t *testing.T) {
+	cmd, lines := startChild(t, "noisy")
+	expectLine(t, lines, "reported")
+	if lines.Scan() {
+		t.Errorf("the child reported %q after its last line", lines.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // expectLine reads the child's next line, which must start with prefix, and
@@ -68,12 +90,20 @@ func expectLine(t *testing.T, sc *bufio.Scanner, prefix string) []string {
 }
 
 func runChild(role string) int {
+	logx.SetWriter(logx.NewWriter(os.Stderr))
+	logx.DisableStat()
+	report := os.NewFile(3, "report") // see startChild
+	defer report.Close()
 	var err error
 	switch role {
 	case "paused-holder":
-		err = pausedHolder(os.Stdout)
+		err = pausedHolder(report)
 	case "hammer":
-		err = hammerChild(os.Stdout)
+		err = hammerChild(report)
+	case "noisy":
+		fmt.Println("done 0 0 0 printed on stdout, as go-zero's usage log is")
+		logx.Stat("a usage line")
+		_, err = fmt.Fprintln(report, "reported")
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 const usage = `usage: redislock <command> [flags]
@@ -43,8 +45,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "run":
+		// stdout is the command's: the library's logs, whatever their
+		// level, go to stderr.
+		logx.SetWriter(logx.NewWriter(stderr))
 		return runCmd(args[1:], stderr)
 	case "status":
+		logx.SetWriter(logx.NewWriter(stderr))
 		return statusCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
