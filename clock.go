@@ -10,6 +10,9 @@ type clock interface {
 	NewTimer(d time.Duration) timer
 	// AfterFunc calls f in its own goroutine after d.
 	AfterFunc(d time.Duration, f func()) timer
+	// WatchFunc is AfterFunc for the watchdog's runs: the same with a real
+	// clock, but a fake one can tell them from the lease timer.
+	WatchFunc(d time.Duration, f func()) timer
 }
 
 type timer interface {
@@ -25,6 +28,7 @@ func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTime
 func (realClock) AfterFunc(d time.Duration, f func()) timer {
 	return realTimer{time.AfterFunc(d, f)}
 }
+func (c realClock) WatchFunc(d time.Duration, f func()) timer { return c.AfterFunc(d, f) }
 
 type realTimer struct{ t *time.Timer }
 

@@ -8,13 +8,13 @@ import (
 )
 
 // fakeClock is a clock that moves only with Advance. Channel timers fire by
-// a send on their buffered channel, AfterFunc timers by a call in a
-// goroutine of their own, as with package time.
+// a send on their buffered channel, AfterFunc and WatchFunc timers by a call
+// in a goroutine of their own, as with package time.
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers map[*fakeTimer]struct{}
-	arms   int // channel timers armed so far (NewTimer and Reset)
+	arms   int // watchdog timers armed so far (WatchFunc and Reset)
 }
 
 type fakeTimer struct {
@@ -23,6 +23,7 @@ type fakeTimer struct {
 	active bool
 	ch     chan time.Time
 	fn     func()
+	watch  bool // made by WatchFunc
 }
 
 func newFakeClock() *fakeClock {
@@ -47,13 +48,19 @@ func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
 	return t
 }
 
+func (c *fakeClock) WatchFunc(d time.Duration, f func()) timer {
+	t := &fakeTimer{c: c, fn: f, watch: true}
+	t.Reset(d)
+	return t
+}
+
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
 func (t *fakeTimer) Reset(d time.Duration) {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t.ch != nil {
+	if t.watch {
 		c.arms++
 	}
 	if d <= 0 {
@@ -105,7 +112,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
-// Arms returns how many times a channel timer has been armed.
+// Arms returns how many times a watchdog timer has been armed.
 func (c *fakeClock) Arms() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -113,15 +120,15 @@ func (c *fakeClock) Arms() int {
 }
 
 // nextDutyLocked returns when the watchdog has its next duty: the earliest
-// channel timer (the watchdog's own), or before the watchdog runs, the
-// earliest AfterFunc timer (the one that starts it); zero if none is armed.
+// watchdog timer, or when none is armed, the earliest other AfterFunc timer
+// (the lease timer); zero if none is armed.
 func (c *fakeClock) nextDutyLocked() time.Time {
 	var next, nextFunc time.Time
 	for tm := range c.timers {
 		switch {
-		case tm.ch != nil && (next.IsZero() || tm.at.Before(next)):
+		case tm.watch && (next.IsZero() || tm.at.Before(next)):
 			next = tm.at
-		case tm.ch == nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
+		case !tm.watch && tm.fn != nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
 			nextFunc = tm.at
 		}
 	}

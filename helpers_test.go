@@ -200,3 +200,10 @@ func mustRelease(t testing.TB, rl *RedisLock) {
 		t.Fatalf("Release(%q) = %v, %v; want true, nil", rl.Key(), ok, err)
 	}
 }
+
+// watchRunning reports whether a run of h's watchdog is under way.
+func watchRunning(rl *RedisLock, h *hold) bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return h.running
+}

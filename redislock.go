@@ -80,21 +80,26 @@ type hold struct {
 	parent  context.Context
 	done    chan struct{} // closed when the hold ends
 	timer   timer         // fires at until: the lease ran out
-	wake    timer         // starts the watchdog when its first duty is due
+	wake    timer         // runs the watchdog when its next duty is due
 	unbind  func() bool   // stops the context.AfterFunc on parent
 
 	// Guarded by RedisLock.mu.
 	until time.Time // when the lease ends by our own accounting
 
-	// Set under RedisLock.mu when the watchdog goroutine starts.
-	ctx     context.Context    // ends with parent, or when the hold stops
-	cancel  context.CancelFunc // nil until the watchdog starts
-	stopped chan struct{}      // closed when the watchdog goroutine has returned
+	// Set under RedisLock.mu by the watchdog's first run.
+	ctx    context.Context    // ends with parent, or when the hold stops
+	cancel context.CancelFunc // nil until the watchdog first runs
 
-	lastErr  error // the latest renewal failure, since the last success
-	stopping bool  // Release has asked the watchdog to stop
+	running  bool          // a run of the watchdog is under way
+	stepDone chan struct{} // closed when that run is over
+	lastErr  error         // the latest renewal failure, since the last success
+	stopping bool          // Release has asked the watchdog to stop
 	ended    bool
 	err      error // why it ended; nil after a normal release
+
+	// Used by the watchdog's runs only, which never overlap.
+	nextRenew time.Time
+	failures  int // renewals failed in a row
 }
 
 var closedChan = func() chan struct{} {
@@ -286,7 +291,7 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 	now := rl.clock.Now()
 	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
 	if first := rl.firstDuty(h); !first.IsZero() {
-		h.wake = rl.clock.AfterFunc(first.Sub(now), func() { rl.startWatch(h) })
+		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.startWatch(h) })
 	}
 	if ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.startWatch(h) })
@@ -353,10 +358,11 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 		return false, nil
 	case h.ended:
 		rl.owed--
-		err, stopped := h.err, h.stopped
+		err, running := h.err, h.running
+		stepDone := h.stepDone
 		rl.mu.Unlock()
-		if stopped != nil { // it was cancelled when the hold ended; let it finish
-			<-stopped
+		if running { // it was cancelled when the hold ended; let it finish
+			<-stepDone
 		}
 		return false, err
 	case rl.owed > 1:
@@ -367,10 +373,10 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	// The last hold: stop the watchdog, wait for it, then delete the key.
 	h.stopping = true
 	h.stopLocked()
-	stopped := h.stopped
+	running, stepDone := h.running, h.stepDone
 	rl.mu.Unlock()
-	if stopped != nil {
-		<-stopped
+	if running {
+		<-stepDone
 	}
 
 	rl.mu.Lock()
@@ -515,8 +521,8 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	return cause
 }
 
-// stopLocked stops the watchdog goroutine if it runs, and what would start
-// it if not. The caller holds rl.mu.
+// stopLocked cancels the watchdog's run under way, if any, and whatever
+// would start another. The caller holds rl.mu.
 func (h *hold) stopLocked() {
 	if h.wake != nil {
 		h.wake.Stop()

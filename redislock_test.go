@@ -431,8 +431,8 @@ func TestNothingRenewsAfterRelease(t *testing.T) {
 	clk.Step(t) // the watchdog runs
 	h := rl.cur
 	mustRelease(t, rl)
-	if !isClosed(h.stopped) {
-		t.Fatal("Release returned before the watchdog goroutine did")
+	if watchRunning(rl, h) {
+		t.Fatal("Release returned while the watchdog still ran")
 	}
 	calls := s.total.Load()
 	for i := 0; i < 10; i++ {
@@ -703,7 +703,7 @@ func TestReleaseAfterLossWaitsForStuckRenewal(t *testing.T) {
 	if err := <-released; !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Release: %v, want ErrLockLost", err)
 	}
-	if !isClosed(h.stopped) {
-		t.Fatal("Release returned before the watchdog goroutine did")
+	if watchRunning(rl, h) {
+		t.Fatal("Release returned while the watchdog still ran")
 	}
 }

@@ -24,94 +24,99 @@ func (rl *RedisLock) firstDuty(h *hold) time.Time {
 	return at
 }
 
-// startWatch runs the watchdog of h in the calling goroutine (a timer's or
-// context.AfterFunc's), unless it runs already or h is stopping or over.
-// A hold released before its first duty never starts a goroutine.
-func (rl *RedisLock) startWatch(h *hold) {
-	rl.mu.Lock()
-	if h.stopped != nil || h.stopping || h.ended { // running, or not to run
-		rl.mu.Unlock()
-		return
-	}
-	h.ctx, h.cancel = context.WithCancel(h.parent)
-	h.stopped = make(chan struct{})
-	rl.mu.Unlock()
-	rl.watch(h)
-}
-
-// watch looks after one hold until it ends: it renews the lease every
-// lease/3 (unless WithoutWatchdog), ends the hold at the maximum hold, and
-// releases the lock when the holding context ends. It owns h.stopped;
-// stopping it is h.cancel and then a wait on h.stopped, so nothing it does
+// startWatch is the watchdog of h: it runs in the calling goroutine (a
+// timer's or context.AfterFunc's), does the duties that are due, arms
+// h.wake for the next ones, and returns. A held lock costs no goroutine
+// between duties. Runs never overlap, and none starts once Release has
+// stopped the watchdog or the hold is over; stopping is h.cancel, then a
+// wait on h.stepDone when a run is under way, so nothing the watchdog does
 // outlives that wait.
 //
 // Loss by a lease that ran out is not its job: h.timer ends the hold at the
 // deadline even while a renewal is stuck in the network, because go-redis
 // does not cut a read short when a context ends.
-func (rl *RedisLock) watch(h *hold) {
-	defer close(h.stopped)
-
-	interval := h.lease / 3
-	nextRenew := h.started.Add(interval)
-	maxAt := h.started.Add(rl.maxHold)
-	failures := 0
-	var t timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
+func (rl *RedisLock) startWatch(h *hold) {
+	rl.mu.Lock()
+	if h.running || h.stopping || h.ended { // running, or not to run
+		rl.mu.Unlock()
+		return
+	}
+	if h.cancel == nil { // the first run
+		h.ctx, h.cancel = context.WithCancel(h.parent)
+		h.nextRenew = h.started.Add(h.lease / 3)
+	}
+	h.running = true
+	h.stepDone = make(chan struct{})
+	rl.mu.Unlock()
 
 	for {
-		if h.ctx.Err() != nil {
+		next, over := rl.duties(h)
+		rl.mu.Lock()
+		if !over && h.parent.Err() != nil && !h.stopping && !h.ended {
+			// The holding context ended during this run, and the
+			// context.AfterFunc that reports it found us running.
+			rl.mu.Unlock()
+			continue
+		}
+		h.running = false
+		close(h.stepDone)
+		if !over && !next.IsZero() && !h.stopping && !h.ended {
+			d := next.Sub(rl.clock.Now())
+			if h.wake == nil {
+				h.wake = rl.clock.WatchFunc(d, func() { rl.startWatch(h) })
+			} else {
+				h.wake.Reset(d)
+			}
+		}
+		rl.mu.Unlock()
+		return
+	}
+}
+
+// duties renews the lease of h when a renewal is due (unless
+// WithoutWatchdog), ends the hold at the maximum hold, and releases the lock
+// when the holding context has ended. It returns when the next duty is due,
+// or over when the watchdog of h has no more to do. A call before anything
+// is due does nothing, so a spurious wake-up costs no round trip.
+func (rl *RedisLock) duties(h *hold) (next time.Time, over bool) {
+	interval := h.lease / 3
+	maxAt := h.started.Add(rl.maxHold)
+	for {
+		if h.ctx.Err() != nil || h.parent.Err() != nil {
 			rl.stopWatching(h)
-			return
+			return time.Time{}, true
 		}
 		now := rl.clock.Now()
 		if rl.maxHold > 0 && !now.Before(maxAt) {
 			rl.finish(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-			return
+			return time.Time{}, true
 		}
-		if rl.watchdog && !now.Before(nextRenew) {
+		if rl.watchdog && !now.Before(h.nextRenew) {
 			ok, err := rl.renew(h, now)
 			switch {
 			case err == nil && ok:
-				failures = 0
-				nextRenew = now.Add(interval)
+				h.failures = 0
+				h.nextRenew = now.Add(interval)
 			case err == nil: // definite loss, or the hold ended meanwhile
-				return
+				return time.Time{}, true
 			case h.ctx.Err() != nil: // stopped, or the holding context ended
 			default:
-				failures++
-				backoff := retryBackoff(interval, failures)
-				nextRenew = now.Add(backoff)
+				h.failures++
+				backoff := retryBackoff(interval, h.failures)
+				h.nextRenew = now.Add(backoff)
 				logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %v",
-					rl.key, h.id, failures, backoff, err)
+					rl.key, h.id, h.failures, backoff, err)
 			}
 			continue
 		}
 
-		// Nothing due: sleep until the next duty or the end of the context.
-		var wake time.Time
 		if rl.watchdog {
-			wake = nextRenew
+			next = h.nextRenew
 		}
-		if rl.maxHold > 0 && (wake.IsZero() || maxAt.Before(wake)) {
-			wake = maxAt
+		if rl.maxHold > 0 && (next.IsZero() || maxAt.Before(next)) {
+			next = maxAt
 		}
-		var tick <-chan time.Time
-		if !wake.IsZero() {
-			if d := wake.Sub(now); t == nil {
-				t = rl.clock.NewTimer(d)
-			} else {
-				t.Reset(d)
-			}
-			tick = t.C()
-		}
-		select {
-		case <-h.ctx.Done():
-		case <-tick:
-		}
+		return next, false
 	}
 }
 
@@ -176,7 +181,7 @@ func (rl *RedisLock) stopWatching(h *hold) {
 // zero before the key can be taken by anyone else, so the holder never
 // believes it holds a lock that another may hold. A Release called after
 // Done returns once this release is over, because it waits for the
-// watchdog.
+// watchdog's run.
 func (rl *RedisLock) finish(h *hold, cause error) {
 	rl.mu.Lock()
 	rl.endLocked(h, cause)
