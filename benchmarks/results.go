@@ -44,7 +44,7 @@ func writeResults(rows []row, d, heldFor time.Duration) error {
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | %v | %.1f µs | %.0f B | %d | %.0f |\n", r.lib, h.cpu.Round(time.Millisecond),
-			float64(h.cpu.Microseconds())/heldLocks/heldFor.Seconds(), h.rssPerLock, h.goroutines, h.cmdsPerSec)
+			float64(h.cpu.Microseconds())/heldLocks/heldFor.Seconds(), h.rssPerLock, max(0, h.goroutines), h.cmdsPerSec)
 	}
 	if err := os.WriteFile("results.md", []byte(b.String()), 0o644); err != nil {
 		return err
