@@ -291,10 +291,10 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 	now := rl.clock.Now()
 	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
 	if first := rl.firstDuty(h); !first.IsZero() {
-		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.startWatch(h) })
+		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.watch(h) })
 	}
 	if ctx.Done() != nil {
-		h.unbind = context.AfterFunc(ctx, func() { rl.startWatch(h) })
+		h.unbind = context.AfterFunc(ctx, func() { rl.watch(h) })
 	}
 	rl.mu.Unlock()
 	return true, 0, nil

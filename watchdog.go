@@ -10,7 +10,7 @@ import (
 
 // firstDuty returns when the watchdog of h has its first work: the first
 // renewal, or the maximum hold; zero when it has none (no watchdog, no
-// maximum hold), and then only the end of the holding context starts it.
+// maximum hold), and then only the end of the holding context runs it.
 func (rl *RedisLock) firstDuty(h *hold) time.Time {
 	var at time.Time
 	if rl.watchdog {
@@ -24,7 +24,7 @@ func (rl *RedisLock) firstDuty(h *hold) time.Time {
 	return at
 }
 
-// startWatch is the watchdog of h: it runs in the calling goroutine (a
+// watch is one run of the watchdog of h: it runs in the calling goroutine (a
 // timer's or context.AfterFunc's), does the duties that are due, arms
 // h.wake for the next ones, and returns. A held lock costs no goroutine
 // between duties. Runs never overlap, and none starts once Release has
@@ -35,7 +35,7 @@ func (rl *RedisLock) firstDuty(h *hold) time.Time {
 // Loss by a lease that ran out is not its job: h.timer ends the hold at the
 // deadline even while a renewal is stuck in the network, because go-redis
 // does not cut a read short when a context ends.
-func (rl *RedisLock) startWatch(h *hold) {
+func (rl *RedisLock) watch(h *hold) {
 	rl.mu.Lock()
 	if h.running || h.stopping || h.ended { // running, or not to run
 		rl.mu.Unlock()
@@ -63,7 +63,7 @@ func (rl *RedisLock) startWatch(h *hold) {
 		if !over && !next.IsZero() && !h.stopping && !h.ended {
 			d := next.Sub(rl.clock.Now())
 			if h.wake == nil {
-				h.wake = rl.clock.WatchFunc(d, func() { rl.startWatch(h) })
+				h.wake = rl.clock.WatchFunc(d, func() { rl.watch(h) })
 			} else {
 				h.wake.Reset(d)
 			}
