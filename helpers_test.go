@@ -207,3 +207,10 @@ func watchRunning(rl *RedisLock, h *hold) bool {
 	defer rl.mu.Unlock()
 	return h.running
 }
+
+// scripterFunc is a Scripter made of a function.
+type scripterFunc func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error)
+
+func (f scripterFunc) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return f(ctx, script, keys, args...)
+}

@@ -329,6 +329,48 @@ func TestHoldingContextEndsHold(t *testing.T) {
 	mustRelease(t, rl)
 }
 
+// TestHoldingContextEndsDuringRenewal: the holding context ends while the
+// watchdog is in a renewal that then gets through. The run that the end of
+// the context starts finds the watchdog running and leaves; the run under
+// way must notice, end the hold with the cause, and release the lock.
+func TestHoldingContextEndsDuringRenewal(t *testing.T) {
+	mr, c := newMini(t)
+	clk := newFakeClock()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var renewals atomic.Int64
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == extendScript && renewals.Add(1) == 1 {
+			close(entered)
+			<-unblock
+			ctx = context.WithoutCancel(ctx) // it gets through all the same
+		}
+		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
+	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+		t.Fatalf("AcquireCtx = %v, %v", ok, err)
+	}
+	clk.Advance(time.Second) // the first renewal is due
+	waitDone(t, entered, "the renewal started")
+	cause := errors.New("shutting down")
+	cancel(cause)
+	close(unblock)
+	waitDone(t, rl.Done(), "holding context cancelled during a renewal")
+	if !errors.Is(rl.Err(), cause) {
+		t.Fatalf("Err = %v, want the cause", rl.Err())
+	}
+	if ok, err := rl.Release(); ok || !errors.Is(err, cause) {
+		t.Fatalf("Release = %v, %v; want false, the cause", ok, err)
+	}
+	if mr.Exists("k") {
+		t.Fatal("the lock was not released when its context ended")
+	}
+	if n := renewals.Load(); n != 1 {
+		t.Fatalf("%d renewals, want the one under way only", n)
+	}
+}
+
 func TestHoldingContextWithoutWatchdog(t *testing.T) {
 	mr, c := newMini(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -423,6 +465,33 @@ func TestRenewalFailingUntilDeadlineIsLoss(t *testing.T) {
 	if v, _ := mr.Get("k"); v != holderID(rl) {
 		t.Fatal("the key was touched while Redis was unreachable")
 	}
+}
+
+// TestNoGoroutineBetweenRenewals: the watchdog runs on timers; between its
+// runs a held lock has no goroutine of its own.
+func TestNoGoroutineBetweenRenewals(t *testing.T) {
+	w := newWatched(t, "k")
+	for i := 0; i < 3; i++ {
+		w.clk.Step(t) // a renewal, and the timer armed for the next
+		deadline := time.Now().Add(5 * time.Second)
+		for n := watchdogGoroutines(); n > 0; n = watchdogGoroutines() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after renewal %d, %d goroutines still in the watchdog", i+1, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if n := w.spy.count(extendScript); n != 3 {
+		t.Fatalf("%d renewals, want 3", n)
+	}
+	mustRelease(t, w.rl)
+}
+
+// watchdogGoroutines counts the goroutines with the watchdog on their stack.
+func watchdogGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "redislock.(*RedisLock).watch(")
 }
 
 func TestNothingRenewsAfterRelease(t *testing.T) {
