@@ -129,9 +129,11 @@ func TestRealKeyDeletedClosesDoneAtNextRenewal(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrLockLost", rl.Err())
 	}
 	// Within one renewal interval: the first renewal sent after the delete
-	// found it (the count is of renewals sent after the delete).
-	if n := afterDelete.Load(); n != 1 {
-		t.Fatalf("%d renewals after the delete before Done closed, want 1", n)
+	// found it (the count is of renewals sent after the delete; it is 0 when
+	// a renewal sent just before the flag was set reached Redis after the
+	// delete and found it).
+	if n := afterDelete.Load(); n > 1 {
+		t.Fatalf("%d renewals after the delete before Done closed, want at most 1", n)
 	}
 	t.Logf("Done closed %v after the delete (renewal interval 100ms)", elapsed)
 	if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
