@@ -1,28 +1,57 @@
 -- acquire.lua: take the lock when it is free (a first acquisition).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  optional: the fencing counter of KEYS[1] (same hash slot, no TTL)
--- ARGV[1]  the new owner's id (random, unique to this hold)
+-- KEYS[2]  its release marker (see release.lua)
+-- KEYS[3]  optional: its fencing counter (same hash slot, no TTL)
+-- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
 -- ARGV[2]  the lease in milliseconds
 --
--- Reply: when the lock was taken (KEYS[1] now holds ARGV[1] with a lease of
---        ARGV[2] ms): status "OK", or with KEYS[2] an array {"OK", token}.
+-- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
+--        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}.
 --        The token is the larger of the counter's last value plus one and
 --        the server's clock in microseconds, and becomes the counter's
 --        value: it increases on every acquisition, and keeps increasing
 --        after a failover that lost the last increments, as long as the new
 --        primary's clock is not behind by more than the failover took.
 --        Otherwise an integer: the holder's remaining lease in ms (PTTL),
---        -1 when the key has no expiry.
-local taken = redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])
-if taken then
-    if KEYS[2] then
-        local now = redis.call("TIME")
-        local token = math.max(tonumber(redis.call("GET", KEYS[2]) or "0") + 1,
-            tonumber(now[1]) * 1000000 + tonumber(now[2]))
-        redis.call("SET", KEYS[2], string.format("%.0f", token))
-        return {"OK", token}
+--        -1 when the key has no expiry, 0 for an attempt already given up.
+--        The error REDISLOCK_CORRUPT_COUNTER when KEYS[3] holds anything but
+--        a non-negative integer: nothing was written.
+--
+-- Idempotent: a client that retries this call after losing its reply finds
+-- the key holding ARGV[1] and is told it took the lock, with the token it
+-- minted. An attempt whose id was released (given up, see release.lua)
+-- never takes the lock, should its call reach the server late.
+local owner = redis.pcall("GET", KEYS[1])
+if owner == ARGV[1] then
+    redis.call("PEXPIRE", KEYS[1], ARGV[2])
+    if KEYS[3] then
+        return {"OK", tonumber(redis.call("GET", KEYS[3]))}
     end
-    return taken
+    return "OK"
 end
-return redis.call("PTTL", KEYS[1])
+if owner then -- held by another owner (or not a string)
+    return redis.call("PTTL", KEYS[1])
+end
+if redis.pcall("GET", KEYS[2]) == ARGV[1] then
+    return 0
+end
+
+local token
+if KEYS[3] then
+    local last = redis.pcall("GET", KEYS[3])
+    if last then
+        last = type(last) == "string" and tonumber(last)
+        if not last or last < 0 or last >= 2^53 or last ~= math.floor(last) then
+            return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[3] .. " is not a number")
+        end
+    end
+    local now = redis.call("TIME")
+    token = math.max((last or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+end
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+if token then
+    redis.call("SET", KEYS[3], string.format("%.0f", token))
+    return {"OK", token}
+end
+return "OK"

@@ -25,6 +25,13 @@ var (
 	// SetExpire) outside [MinExpiry, MaxExpiry], or a zero or negative
 	// duration given to an option.
 	ErrInvalidExpiry = errors.New("redislock: invalid expiry")
+	// ErrCorruptFencingCounter reports that a fenced acquisition found its
+	// fencing counter holding something other than a non-negative integer
+	// (someone else wrote it): nothing was changed, and the lock was not
+	// taken.
+	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
+	// ErrNilFunc reports a nil function given to Do.
+	ErrNilFunc = errors.New("redislock: nil function")
 	// ErrUnexpectedReply reports a reply from Redis that none of our scripts
 	// gives: a nil, a wrong type, or an out-of-range number.
 	ErrUnexpectedReply = errors.New("redislock: unexpected reply from redis")

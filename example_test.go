@@ -23,6 +23,26 @@ func startRedis() *miniredis.Miniredis {
 	return mr
 }
 
+// Do is the safe way to work under a lock: it waits for the lock, runs fn
+// with a context that ends if the lock is lost, and releases the lock when
+// fn returns, even by a panic.
+func ExampleRedisLock_Do() {
+	mr := startRedis()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	lock := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "invoice:42")
+	err := lock.Do(context.Background(), func(ctx context.Context) error {
+		fmt.Println("billing, lock held:", mr.Exists("invoice:42"))
+		return nil // ctx ends if the lock is lost: stop then
+	})
+	fmt.Println("done:", err, "lock held:", mr.Exists("invoice:42"))
+	// Output:
+	// billing, lock held: true
+	// done: <nil> lock held: false
+}
+
 // A go-zero service switches by changing one import.
 func ExampleNewRedisLock_goZero() {
 	mr := startRedis()
@@ -117,7 +137,8 @@ func ExampleRedisLock_Done() {
 	// lost: true
 }
 
-// AcquireWait blocks until the lock is released, or its context ends.
+// AcquireWait blocks until the lock is released, or its context ends, or
+// its wait timeout passes (WithWaitTimeout bounds the wait, not the hold).
 func ExampleRedisLock_AcquireWait() {
 	mr := startRedis()
 	defer mr.Close()
@@ -135,10 +156,16 @@ func ExampleRedisLock_AcquireWait() {
 	time.AfterFunc(50*time.Millisecond, func() { holder.Release() })
 	err = waiter.AcquireWait(context.Background()) // woken by the release
 	fmt.Println("acquired after the release:", err == nil)
+
+	impatient := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "cron:cleanup",
+		redislock.WithWaitTimeout(100*time.Millisecond))
+	err = impatient.AcquireWait(context.Background())
+	fmt.Println("impatient gave up:", errors.Is(err, redislock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
 	waiter.Release()
 	// Output:
 	// gave up: true true
 	// acquired after the release: true
+	// impatient gave up: true true
 }
 
 // fencedWrite is the protected resource's side of fencing: a Redis hash that

@@ -559,3 +559,101 @@ func TestFaultFlakyNetwork(t *testing.T) {
 		Runs:    int64(len(beliefs)), Faults: px.faults.Load(), Violations: overlaps + outOfOrder,
 	})
 }
+
+// Case 8 (issue 8, bug 2): the server runs a script and its reply is lost
+// (the proxy closes the connection instead of forwarding it); the client
+// retries on a new connection, as go-redis and go-zero do by default. Each
+// kind of script must still tell the truth: an acquisition that took the
+// lock has it (with the token it minted), a re-entry and a renewal keep it,
+// and a release that deleted the key is a release, not a loss.
+func TestFaultReplyLostAfterScriptRan(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	stores := map[string]func() Scripter{
+		"go-redis": func() Scripter {
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { _ = c.Close() })
+			return FromGoRedis(c)
+		},
+		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
+	}
+	var runs, violations int64
+	ctx := context.Background()
+	violate := func(format string, args ...any) {
+		violations++
+		t.Errorf(format, args...)
+	}
+	for name, newStore := range stores {
+		store := newStore()
+		for round := range 5 {
+			key := fmt.Sprintf("lost-reply:%s:%d", name, round)
+			rl := NewRedisLock(store, key, WithFencing(), WithExpiry(30*time.Second))
+			warm := NewRedisLock(store, key+":warm") // a pooled connection, so the drop hits the script's reply
+			if ok, err := warm.Acquire(); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			mustRelease(t, warm)
+
+			dropped := func(what string, call func()) {
+				before := px.replyDrops.Load()
+				px.dropReplies.Store(1)
+				call()
+				px.dropReplies.Store(0)
+				runs++
+				if px.replyDrops.Load() == before {
+					t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
+				}
+			}
+			dropped("acquire", func() {
+				if ok, err := rl.Acquire(); !ok || err != nil {
+					violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			if v := admin.Get(ctx, key).Val(); v != holderID(rl) {
+				violate("%s: key holds %q, not our id", key, v)
+			}
+			if counter := admin.Get(ctx, relatedName(key, "fence")).Val(); counter != strconv.FormatInt(rl.Token(), 10) {
+				violate("%s: token %d, counter %s", key, rl.Token(), counter)
+			}
+			dropped("re-entry", func() {
+				if ok, err := rl.Acquire(); !ok || err != nil {
+					violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			dropped("ttl", func() {
+				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
+					violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
+				}
+			})
+			mustRelease(t, rl) // the inner one: no round trip
+			dropped("release", func() {
+				if ok, err := rl.Release(); !ok || err != nil {
+					violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			if admin.Exists(ctx, key).Val() != 0 || rl.Err() != nil {
+				violate("%s: after release, key exists %d, Err %v", key, admin.Exists(ctx, key).Val(), rl.Err())
+			}
+
+			renewed := NewRedisLock(store, key+":renewed", WithExpiry(300*time.Millisecond))
+			mustAcquire(t, renewed)
+			dropped("renewal", func() {
+				waitFor(t, 10*time.Second, "a renewal's reply dropped", func() bool { return px.dropReplies.Load() <= 0 })
+				time.Sleep(400 * time.Millisecond) // more renewals after the dropped one
+			})
+			if isClosed(renewed.Done()) || admin.Get(ctx, key+":renewed").Val() != holderID(renewed) {
+				violate("%s: renewal after a lost reply lost the lock: %v", key, renewed.Err())
+			}
+			if ok, err := renewed.Release(); !ok || err != nil {
+				violate("%s: release of the renewed lock = %v, %v", key, ok, err)
+			}
+		}
+	}
+	recordFault(t, faultRow{
+		Case:      "8. reply lost after the script ran",
+		Injection: "the proxy closes the connection instead of forwarding the reply of an acquire, re-entry, TTL, release or renewal; go-redis and go-zero retry (MaxRetries 3)",
+		Promise:   "an acquisition that ran has the lock, with its token; a release that ran is a release, not a loss; renewals and re-entries keep the lock",
+		Runs:      runs, Faults: px.replyDrops.Load(), Violations: violations,
+	})
+}

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,17 +75,17 @@ func TestFencingKeepsTokenThroughRenewalsAndLosers(t *testing.T) {
 	mustRelease(t, rl)
 }
 
-func TestSameSlotNames(t *testing.T) {
+func TestRelatedNames(t *testing.T) {
 	for key, want := range map[string]string{
-		"plain":      "{plain}:x",
-		"{tag}rest":  "{tag}rest:x",
-		"a{tag}b{c}": "a{tag}b{c}:x",
-		"a{unclosed": "{a{unclosed}:x",
-		"\x00\xff":   "{\x00\xff}:x",
+		"plain":      "{plain}:redislock:x",
+		"{tag}rest":  "{tag}rest#redislock:x",
+		"a{tag}b{c}": "a{tag}b{c}#redislock:x",
+		"a{unclosed": "{a{unclosed}:redislock:x",
+		"\x00\xff":   "{\x00\xff}:redislock:x",
 	} {
-		got := sameSlot(key, ":x")
+		got := relatedName(key, "x")
 		if got != want {
-			t.Errorf("sameSlot(%q) = %q, want %q", key, got, want)
+			t.Errorf("relatedName(%q) = %q, want %q", key, got, want)
 		}
 		if hashSlot(got) != hashSlot(key) {
 			t.Errorf("%q is in slot %d, %q in %d", got, hashSlot(got), key, hashSlot(key))
@@ -92,8 +93,25 @@ func TestSameSlotNames(t *testing.T) {
 	}
 	// A '}' without a hash tag cannot be wrapped into the key's slot.
 	for _, key := range []string{"a}b", "{}empty-tag"} {
-		if hashSlot(sameSlot(key, ":x")) == hashSlot(key) {
+		if hashSlot(relatedName(key, "x")) == hashSlot(key) {
 			t.Logf("%q happens to share its slot", key)
+		}
+	}
+}
+
+// Bug 5 of issue 8: "k" and "{k}" (and "a}b" and "{a}b}") shared one
+// wake-up channel and one fencing counter.
+func TestRelatedNamesNeverCollide(t *testing.T) {
+	keys := []string{"k", "{k}", "a}b", "{a}b}", "{k}#redislock:fence", "{k}:redislock:fence",
+		"{{k}}", "{}", "}", "{", "a{}b", "{a{}b}", "x{y}", "{x{y}}"}
+	seen := map[string]string{}
+	for _, key := range keys {
+		for _, kind := range []string{"fence", "released", "last-release"} {
+			name := relatedName(key, kind)
+			if other, dup := seen[name]; dup {
+				t.Errorf("%q of %q is also %s", name, key, other)
+			}
+			seen[name] = fmt.Sprintf("%s of %q", kind, key)
 		}
 	}
 }

@@ -191,7 +191,10 @@ func FuzzFaultyReplies(f *testing.F) {
 func (rl *RedisLock) owedReleases() int {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	return rl.owed
+	if rl.cur == nil {
+		return 0
+	}
+	return rl.cur.count
 }
 
 func isOneOf(err error, targets []error) bool {

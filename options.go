@@ -28,6 +28,8 @@ type options struct {
 	clock    clock
 	err      error
 
+	waitTimeout time.Duration
+
 	retry     RetryStrategy
 	pubsub    Subscriber
 	pubsubSet bool // WithPubSub was given, maybe with nil
@@ -77,6 +79,22 @@ func WithoutWatchdog() Option {
 // key's Redis Cluster slot.
 func WithFencing() Option {
 	return func(o *options) { o.fencing = true }
+}
+
+// WithWaitTimeout bounds how long AcquireWait and Do wait for a busy lock:
+// their first attempt is always made, and an attempt under way is never cut
+// short, but once d has passed they make no more and give up with an error
+// matching ErrNotAcquired and context.DeadlineExceeded. Unlike a deadline
+// on their context, it bounds only the wait, never the renewal of the hold
+// they acquire. By default they wait as long as their context allows.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.err = fmt.Errorf("%w: WithWaitTimeout(%v) must be positive", ErrInvalidExpiry, d)
+			return
+		}
+		o.waitTimeout = d
+	}
 }
 
 // validExpiry checks a lease.

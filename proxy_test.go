@@ -17,7 +17,12 @@ type faultProxy struct {
 	target   string
 	delay    atomic.Int64 // ns added before forwarding each chunk
 	dropPerK atomic.Int64 // chance per 1000 chunks of closing the connection
-	faults   atomic.Int64 // chunks delayed, connections dropped or cut
+	// dropReplies is how many of the server's next replies to swallow, each
+	// by closing its connection instead of forwarding it: the server ran
+	// the command, the client never hears of it.
+	dropReplies atomic.Int64
+	replyDrops  atomic.Int64 // replies dropped so
+	faults      atomic.Int64 // chunks delayed, connections dropped or cut
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -55,13 +60,14 @@ func (p *faultProxy) serve() {
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, false)
+		go p.pipe(c, s, true)
 	}
 }
 
-// pipe copies src to dst until either fails, then closes both.
-func (p *faultProxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst until either fails, then closes both. toClient
+// is the direction of the server's replies.
+func (p *faultProxy) pipe(dst, src net.Conn, toClient bool) {
 	defer p.wg.Done()
 	defer p.forget(dst, src)
 	buf := make([]byte, 32<<10)
@@ -75,6 +81,11 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 				case <-p.closing:
 					return
 				}
+			}
+			if toClient && p.dropReplies.Load() > 0 && p.dropReplies.Add(-1) >= 0 {
+				p.faults.Add(1)
+				p.replyDrops.Add(1)
+				return
 			}
 			if k := p.dropPerK.Load(); k > 0 && rand.Int64N(1000) < k {
 				p.faults.Add(1)

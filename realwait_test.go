@@ -103,8 +103,9 @@ func TestRealReleaseEndsWaitNotLease(t *testing.T) {
 }
 
 // requireReleaseWakes has a waiter through c wait on a holder with a 30s
-// lease, and checks that the release, not a timer, ends the wait: two
-// attempts, one that lost and one after the wake-up. It returns how long
+// lease, and checks that the release, not a timer, ends the wait: three
+// attempts, one before subscribing, one once subscribed (both lose), and
+// one after the wake-up. It returns how long
 // after the release the waiter had the lock.
 func requireReleaseWakes(t *testing.T, c redis.UniversalClient, key string) time.Duration {
 	t.Helper()
@@ -113,8 +114,8 @@ func requireReleaseWakes(t *testing.T, c redis.UniversalClient, key string) time
 	s := newSpy(FromGoRedis(c))
 	rl := NewRedisLock(s, key, WithPubSub(c))
 	elapsed := wakeByRelease(t, holder, rl, s)
-	if n := s.count(acquireScript); n != 2 {
-		t.Fatalf("%d attempts, want 2: the wake-up, not a timer, ended the wait", n)
+	if n := s.count(acquireScript); n != 3 {
+		t.Fatalf("%d attempts, want 3: the wake-up, not a timer, ended the wait", n)
 	}
 	mustRelease(t, rl)
 	requireNoHubs(t)

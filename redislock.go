@@ -24,8 +24,8 @@ const (
 	millisPerSecond = 1000
 	// tolerance is what go-zero adds to SetExpire's seconds, in ms.
 	tolerance = 500
-	// selfReleaseTimeout bounds the release made in the background when the
-	// holding context ends or the maximum hold is reached.
+	// selfReleaseTimeout bounds a release that no caller's context bounds:
+	// at the maximum hold, of an abandoned attempt, and Do's.
 	selfReleaseTimeout = 2 * time.Second
 )
 
@@ -39,67 +39,39 @@ const (
 // need a RedisLock each, even in one process.
 //
 // A RedisLock is safe for concurrent use; calls that talk to Redis (Acquire,
-// Release, TTL) are serialized, while Done, Err, Holds and Key never block.
+// Release, TTL) are serialized, each waiting for its turn within its own
+// context, while Done, Err, Holds, Until, Token and Key never block.
 //
 // A hold begins with a successful first acquisition and counts re-entries:
 // n successful acquisitions need n releases, and the key is deleted on the
-// last. It ends when the last hold is released, when the lock is lost, when
-// the context given to the first acquisition ends, or at the maximum hold.
-// After a hold ended for any reason but Release, the acquisitions it counted
-// must still be released (each Release reports why it ended); until then
-// Acquire fails with the same error, so a lost lock is never re-taken behind
-// the back of code that believes it still holds it.
+// last. It ends when the last acquisition is released, when the lock is
+// lost, at the maximum hold, or when its lease runs out after the context
+// given to the first acquisition ended (that context bounds the renewal, not
+// the lock). After a hold ended for any reason but Release, the
+// acquisitions it counted must still be released (each Release reports why
+// it ended); until then Acquire fails with the same error, so a lost lock is
+// never re-taken behind the back of code that believes it still holds it.
 type RedisLock struct {
-	store    Scripter
-	evaler   Evaler // store, when it has EvalCtx
-	key      string
-	keys     []string // {key}, or {key, fencing counter}; shared by every script call
-	err      error    // bad construction, reported by every call
-	expiry   atomic.Int64
-	maxHold  time.Duration
-	watchdog bool
-	clock    clock
-	retry    RetryStrategy
-	pubsub   Subscriber // nil: no wake-ups
-	channel  string     // where releases are published
+	store       Scripter
+	evaler      Evaler // store, when it has EvalCtx
+	key         string
+	keys        []string // key, release marker[, fencing counter]: acquire and release
+	err         error    // bad construction, reported by every call
+	expiry      atomic.Int64
+	maxHold     time.Duration
+	waitTimeout time.Duration // 0: AcquireWait and Do wait as long as their context
+	watchdog    bool
+	clock       clock
+	retry       RetryStrategy
+	pubsub      Subscriber // nil: no wake-ups
+	channel     string     // where releases are published
 
-	op sync.Mutex // serializes the calls that talk to Redis
+	// op is a token that serializes the calls that talk to Redis; a call
+	// waits for it within its context.
+	op chan struct{}
 
-	mu   sync.Mutex // guards cur, owed and the fields of holds marked so
-	cur  *hold      // the current or most recent hold
-	owed int        // acquisitions counted by cur and not yet released
-}
-
-// hold is one tenure of the lock, from a first acquisition to its end.
-type hold struct {
-	id      string
-	token   int64         // fencing token; 0 without WithFencing
-	lease   time.Duration // fixed for the hold's life
-	leaseMs int64
-	started time.Time // when the first acquisition was sent
-	parent  context.Context
-	done    chan struct{} // closed when the hold ends
-	timer   timer         // fires at until: the lease ran out
-	wake    timer         // runs the watchdog when its next duty is due
-	unbind  func() bool   // stops the context.AfterFunc on parent
-
-	// Guarded by RedisLock.mu.
-	until time.Time // when the lease ends by our own accounting
-
-	// Set under RedisLock.mu by the watchdog's first run.
-	ctx    context.Context    // ends with parent, or when the hold stops
-	cancel context.CancelFunc // nil until the watchdog first runs
-
-	running  bool          // a run of the watchdog is under way
-	stepDone chan struct{} // closed when that run is over
-	lastErr  error         // the latest renewal failure, since the last success
-	stopping bool          // Release has asked the watchdog to stop
-	ended    bool
-	err      error // why it ended; nil after a normal release
-
-	// Used by the watchdog's runs only, which never overlap.
-	nextRenew time.Time
-	failures  int // renewals failed in a row
+	mu  sync.Mutex // guards cur and the fields of holds marked so
+	cur *hold      // the current or most recent hold
 }
 
 var closedChan = func() chan struct{} {
@@ -120,20 +92,22 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if g, ok := store.(goRedis); ok && !o.pubsubSet {
 		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
-	keys := []string{key}
+	keys := []string{key, relatedName(key, "last-release")}
 	if o.fencing {
-		keys = append(keys, sameSlot(key, ":redislock:fence"))
+		keys = append(keys, relatedName(key, "fence"))
 	}
 	rl := &RedisLock{
-		store:    store,
-		key:      key,
-		keys:     keys,
-		maxHold:  o.maxHold,
-		watchdog: o.watchdog,
-		clock:    o.clock,
-		retry:    o.retry,
-		pubsub:   o.pubsub,
-		channel:  sameSlot(key, ":redislock:released"),
+		store:       store,
+		key:         key,
+		keys:        keys,
+		maxHold:     o.maxHold,
+		waitTimeout: o.waitTimeout,
+		watchdog:    o.watchdog,
+		clock:       o.clock,
+		retry:       o.retry,
+		pubsub:      o.pubsub,
+		channel:     relatedName(key, "released"),
+		op:          make(chan struct{}, 1),
 	}
 	switch {
 	case isNil(store):
@@ -174,7 +148,7 @@ func (rl *RedisLock) check(ctx context.Context) error {
 	switch {
 	case rl.err != nil:
 		return rl.err
-	case rl.store == nil || rl.clock == nil:
+	case rl.store == nil || rl.clock == nil || rl.op == nil:
 		return ErrNilStore
 	case ctx == nil:
 		return ErrNilContext
@@ -182,22 +156,41 @@ func (rl *RedisLock) check(ctx context.Context) error {
 	return nil
 }
 
-// Acquire is AcquireCtx with context.Background: the hold lasts until it is
-// released, lost, or reaches the maximum hold.
+// lockOp takes the token of the calls that talk to Redis, within ctx.
+func (rl *RedisLock) lockOp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case rl.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (rl *RedisLock) unlockOp() { <-rl.op }
+
+// Acquire is AcquireCtx with context.Background: the hold is renewed until
+// it is released, lost, or reaches the maximum hold.
 func (rl *RedisLock) Acquire() (bool, error) {
 	return rl.AcquireCtx(context.Background())
 }
 
 // AcquireCtx makes one attempt to take the lock. It reports true, nil when
 // the lock was taken, or re-entered by this RedisLock; false, nil when
-// another owner holds it; and false with an error otherwise.
+// another owner holds it; and false with an error otherwise. ctx bounds the
+// attempt: an already ended ctx gets an error matching ctx.Err() and no
+// round trip.
 //
-// A first acquisition is one SET NX PX on Redis. ctx then binds the hold:
-// when ctx ends, the watchdog stops, Done is closed, Err reports
-// context.Cause(ctx), and then the lock is released in the background. A re-entry is one round
-// trip that verifies ownership and refreshes the lease; ctx bounds only that
-// round trip. A re-entry that finds the key gone or taken ends the hold with
-// ErrLockLost and returns it.
+// A first acquisition is one round trip that sets the key with SET NX PX
+// semantics. Its ctx is the holding context: it bounds the renewal, not the
+// lock. When it ends, the watchdog stops, and the lock lasts out its current
+// lease unless released first, as go-zero's lock would; Done then closes
+// when that lease runs out by our own accounting, and Err reports
+// context.Cause(ctx). A re-entry is one round trip that verifies ownership
+// and refreshes the lease. A re-entry that finds the key gone or taken ends
+// the hold with ErrLockLost and returns it.
 func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
@@ -225,13 +218,14 @@ func countAcquire(reentry, ok bool, err error) {
 // acquireCtx is AcquireCtx, also returning the holder's remaining lease when
 // another owner holds the lock (negative when its key has no expiry).
 func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
-	rl.op.Lock()
-	defer rl.op.Unlock()
+	if err := rl.lockOp(ctx); err != nil {
+		return false, 0, opErr("acquire", rl.key, err)
+	}
+	defer rl.unlockOp()
 
 	rl.mu.Lock()
-	h := rl.cur
-	if rl.owed > 0 {
-		if h.ended {
+	if h := rl.cur; h != nil && h.count > 0 {
+		if !h.live() {
 			err := h.err
 			rl.mu.Unlock()
 			countAcquire(true, false, err)
@@ -256,56 +250,38 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 // acquire makes a first acquisition. The caller holds rl.op.
 func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
-	leaseMs := lease.Milliseconds()
 	sent := rl.clock.Now()
-	reply, err := rl.run(ctx, acquireScript, id, leaseMs)
-	if err != nil {
-		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
+	reply, err := rl.run(ctx, acquireScript, rl.keys, id, lease.Milliseconds())
+	var token int64
+	var pttl time.Duration
+	if err == nil {
+		token, pttl, err = rl.parseAcquire(reply)
 	}
-	token, pttl, err := rl.parseAcquire(reply)
 	switch {
 	case err != nil:
-		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, err)
+		if ambiguous(err) {
+			// The script may have run, its reply lost: the key may hold
+			// this attempt's id, which nobody else has. Give it back.
+			rl.releaseQuietly(ctx, id, lease)
+		}
+		return false, 0, opErr("acquire", rl.key, err)
 	case token < 0:
 		return false, pttl, nil // held by another owner
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		// The caller gave up while the lock was being taken: give it back.
-		rl.releaseQuietly(ctx, id)
-		return false, 0, fmt.Errorf("redislock: acquire %q: %w", rl.key, context.Cause(ctx))
+		rl.releaseQuietly(ctx, id, lease)
+		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-
-	h := &hold{
-		id:      id,
-		token:   token,
-		lease:   lease,
-		leaseMs: leaseMs,
-		started: sent,
-		parent:  ctx,
-		done:    make(chan struct{}),
-		until:   sent.Add(lease - drift(lease)),
-	}
-	rl.mu.Lock()
-	rl.cur, rl.owed = h, 1
-	metricHeld.Inc()
-	now := rl.clock.Now()
-	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
-	if first := rl.firstDuty(h); !first.IsZero() {
-		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.watch(h) })
-	}
-	if ctx.Done() != nil {
-		h.unbind = context.AfterFunc(ctx, func() { rl.watch(h) })
-	}
-	rl.mu.Unlock()
+	rl.startHold(ctx, id, token, lease, sent)
 	return true, 0, nil
 }
 
 // reenter counts one more acquisition of a live hold. The caller holds rl.op.
 func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 	sent := rl.clock.Now()
-	ok, err := rl.extend(ctx, h.id, h.leaseMs)
+	ok, err := rl.extend(ctx, h.id, h.lease)
 	if err != nil {
-		return false, fmt.Errorf("redislock: re-enter %q: %w", rl.key, err)
+		return false, opErr("re-enter", rl.key, err)
 	}
 	rl.mu.Lock()
 	if !ok {
@@ -313,16 +289,19 @@ func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 		rl.mu.Unlock()
 		return false, err
 	}
-	if h.ended {
-		// The hold ended while we were extending it (lease ran out, maximum
-		// hold, holding context): the key we just extended is no longer
-		// ours to keep.
+	if !h.live() {
+		// The hold ended while we were extending it (released by another
+		// goroutine, lease ran out, maximum hold): the key we just
+		// extended is no longer ours to keep.
 		err := h.err
+		released := err == nil
 		rl.mu.Unlock()
-		rl.releaseQuietly(ctx, h.id)
-		return false, err
+		if !released {
+			rl.releaseQuietly(ctx, h.id, h.lease)
+		}
+		return false, cmpOr(err, opErr("re-enter", rl.key, errReleased))
 	}
-	rl.owed++
+	h.count++
 	rl.extendedLocked(h, sent)
 	rl.mu.Unlock()
 	return true, nil
@@ -334,76 +313,97 @@ func (rl *RedisLock) Release() (bool, error) {
 }
 
 // ReleaseCtx gives back one acquisition. It reports true, nil when one was
-// given back; the key is deleted only with the last, after the watchdog has
-// stopped, so no renewal runs once ReleaseCtx returns. It reports false, nil
-// when this RedisLock holds nothing, and false with the reason (ErrLockLost,
-// ErrMaxHoldExceeded, or the holding context's cause) for an acquisition of a
-// hold that had already ended.
+// given back; the last ends the hold (Done closes) and then deletes the key,
+// in that order, so the holder never believes it holds a key that another
+// owner may already have taken. No renewal extends the key after ReleaseCtx
+// returns. It reports false, nil when this RedisLock holds nothing, and
+// false with the reason (ErrLockLost, ErrMaxHoldExceeded, or the holding
+// context's cause) for an acquisition of a hold that had already ended.
 //
-// If the final release cannot reach Redis, the hold ends all the same and
-// ReleaseCtx returns the error: nothing renews the key any more, and it
-// expires at the end of its lease.
+// ctx bounds the call's round trip. With an already ended ctx, ReleaseCtx
+// still gives the acquisition back, without a round trip, and returns false
+// and an error matching ctx.Err(): the last one ends the hold and stops its
+// renewal, and the key expires at the end of its lease, so a deferred
+// ReleaseCtx(ctx) never leaves a lock renewing. Likewise if the final
+// release cannot reach Redis: the hold ends all the same, ReleaseCtx returns
+// the error, and the key expires with its lease.
 func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
 	}
-	rl.op.Lock()
-	defer rl.op.Unlock()
-
-	rl.mu.Lock()
-	h := rl.cur
-	switch {
-	case rl.owed == 0:
-		rl.mu.Unlock()
-		return false, nil
-	case h.ended:
-		rl.owed--
-		err, running := h.err, h.running
-		stepDone := h.stepDone
-		rl.mu.Unlock()
-		if running { // it was cancelled when the hold ended; let it finish
-			<-stepDone
+	if err := rl.lockOp(ctx); err != nil {
+		// No round trip: give the acquisition back here and now.
+		if _, h, last := rl.giveBack(); last {
+			rl.countEnd(h, nil)
 		}
-		return false, err
-	case rl.owed > 1:
-		rl.owed--
-		rl.mu.Unlock()
-		return true, nil
+		return false, opErr("release", rl.key, err)
 	}
-	// The last hold: stop the watchdog, wait for it, then delete the key.
-	h.stopping = true
-	h.stopLocked()
-	running, stepDone := h.running, h.stepDone
-	rl.mu.Unlock()
-	if running {
-		<-stepDone
-	}
+	defer rl.unlockOp()
 
+	endErr, h, last := rl.giveBack()
+	if h == nil {
+		return false, nil
+	}
 	rl.mu.Lock()
-	if h.ended { // ended while stopping: holding context, loss, maximum hold
-		rl.owed = 0
-		err := h.err
-		rl.mu.Unlock()
-		return false, err
-	}
+	run := h.run // a run of the watchdog under way
 	rl.mu.Unlock()
-
-	deleted, err := rl.release(ctx, h.id)
-
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	rl.owed = 0
+	if !last {
+		if endErr != nil && run != nil {
+			// The watchdog may be releasing the key of the hold it ended
+			// (the maximum hold): return once it has.
+			select {
+			case <-run:
+			case <-ctx.Done():
+			}
+		}
+		return endErr == nil, endErr
+	}
+	deleted, err := rl.release(ctx, h.id, h.lease)
 	switch {
 	case err != nil:
-		rl.endLocked(h, nil)
-		return false, fmt.Errorf("redislock: release %q: %w", rl.key, err)
+		rl.countEnd(h, nil)
+		err = opErr("release", rl.key, err)
 	case !deleted:
-		return false, rl.endLocked(h, rl.lostErr("release found the key gone or taken"))
+		// Someone deleted or took the key while we held it: a loss,
+		// learnt only now. Done is closed already; Err reports it.
+		err = rl.lostErr("release found the key gone or taken")
+		rl.mu.Lock()
+		h.err = err
+		rl.mu.Unlock()
+		rl.countEnd(h, err)
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, err)
+	default:
+		rl.countEnd(h, nil)
 	}
-	if err := rl.endLocked(h, nil); err != nil {
-		return false, err // the lease ran out while the release was under way
+	if run != nil { // a renewal under way cannot extend a deleted key
+		select {
+		case <-run:
+		case <-ctx.Done():
+		}
 	}
-	return true, nil
+	return err == nil, err
+}
+
+// giveBack counts one acquisition released. It returns the reason of a hold
+// that had ended already, and last with the hold when this was the final
+// acquisition of a live hold, which it ends (the caller counts the end).
+func (rl *RedisLock) giveBack() (endErr error, h *hold, last bool) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	h = rl.cur
+	switch {
+	case h == nil || h.count == 0:
+		return nil, nil, false
+	case !h.live():
+		h.count--
+		return h.err, h, false
+	case h.count > 1:
+		h.count--
+		return nil, h, false
+	}
+	h.count = 0
+	rl.closeLocked(h, nil)
+	return nil, h, true
 }
 
 // TTL returns the remaining lease of the key as Redis sees it, checked
@@ -414,31 +414,42 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := rl.check(ctx); err != nil {
 		return 0, err
 	}
-	rl.op.Lock()
-	defer rl.op.Unlock()
+	if err := rl.lockOp(ctx); err != nil {
+		return 0, opErr("ttl", rl.key, err)
+	}
+	defer rl.unlockOp()
 
 	rl.mu.Lock()
 	h := rl.cur
-	live := rl.owed > 0 && !h.ended
+	live := h != nil && h.count > 0 && h.live()
 	rl.mu.Unlock()
 	if !live {
 		return 0, ErrNotHeld
 	}
-	ms, err := rl.runInt(ctx, ttlScript, h.id)
+	ms, err := rl.runInt(ctx, ttlScript, rl.keys[:1], h.id)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("redislock: ttl %q: %w", rl.key, err)
+		return 0, opErr("ttl", rl.key, err)
 	case ms == -2:
 		rl.mu.Lock()
 		err := rl.endLocked(h, rl.lostErr("the key is gone or taken"))
 		rl.mu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	case ms < -2:
-		return 0, fmt.Errorf("redislock: ttl %q: %w: %d", rl.key, ErrUnexpectedReply, ms)
+		return 0, opErr("ttl", rl.key, fmt.Errorf("%w: %d", ErrUnexpectedReply, ms))
 	case ms == -1:
 		return -1, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// liveHold returns the current hold if it is live and counts acquisitions.
+// The caller holds rl.mu.
+func (rl *RedisLock) liveHold() *hold {
+	if h := rl.cur; h != nil && h.count > 0 && h.live() {
+		return h
+	}
+	return nil
 }
 
 // Token returns the fencing token of the live hold (see WithFencing): 0 when
@@ -446,10 +457,10 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 func (rl *RedisLock) Token() int64 {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.cur == nil || rl.cur.ended || rl.owed == 0 {
-		return 0
+	if h := rl.liveHold(); h != nil {
+		return h.token
 	}
-	return rl.cur.token
+	return 0
 }
 
 // Until returns the end of the live hold's lease by the holder's own
@@ -460,10 +471,10 @@ func (rl *RedisLock) Token() int64 {
 func (rl *RedisLock) Until() time.Time {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.cur == nil || rl.cur.ended || rl.owed == 0 {
-		return time.Time{}
+	if h := rl.liveHold(); h != nil {
+		return h.until
 	}
-	return rl.cur.until
+	return time.Time{}
 }
 
 // Holds returns how many acquisitions the live hold counts: 0 when nothing
@@ -471,15 +482,16 @@ func (rl *RedisLock) Until() time.Time {
 func (rl *RedisLock) Holds() int {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.cur == nil || rl.cur.ended {
-		return 0
+	if h := rl.liveHold(); h != nil {
+		return h.count
 	}
-	return rl.owed
+	return 0
 }
 
 // Done returns a channel that is closed when the current hold ends: its last
-// release, loss, the end of its holding context, or the maximum hold. It is
-// already closed when nothing is held. A new hold has a new channel.
+// release, its loss, its maximum hold, or the end of its lease after its
+// holding context ended. It is already closed when nothing is held. A new
+// hold has a new channel.
 func (rl *RedisLock) Done() <-chan struct{} {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
@@ -491,92 +503,24 @@ func (rl *RedisLock) Done() <-chan struct{} {
 
 // Err returns nil while the lock is held, when nothing was held, and after a
 // normal release. Otherwise it returns why the latest hold ended: an error
-// matching ErrLockLost or ErrMaxHoldExceeded, or the holding context's cause.
+// matching ErrLockLost (also when the final release found the key gone or
+// taken) or ErrMaxHoldExceeded, or the holding context's cause when the
+// lease ran out after that context ended.
 func (rl *RedisLock) Err() error {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.cur == nil || !rl.cur.ended {
+	if rl.cur == nil {
 		return nil
 	}
 	return rl.cur.err
 }
 
-// endLocked ends h once, with cause, and returns the cause it ended with.
-// The caller holds rl.mu.
-func (rl *RedisLock) endLocked(h *hold, cause error) error {
-	if h.ended {
-		return h.err
-	}
-	h.ended, h.err = true, cause
-	h.timer.Stop()
-	h.stopLocked()
-	close(h.done)
-	rl.countEnd(h, cause)
-	switch {
-	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
-	case cause != nil: // the holding context ended: the holder asked for it
-		logx.Infof("redislock: hold of %q (owner %s) ended with its context: %v", rl.key, h.id, cause)
-	}
-	return cause
-}
-
-// stopLocked cancels the watchdog's run under way, if any, and whatever
-// would start another. The caller holds rl.mu.
-func (h *hold) stopLocked() {
-	if h.wake != nil {
-		h.wake.Stop()
-	}
-	if h.unbind != nil {
-		h.unbind()
-	}
-	if h.cancel != nil {
-		h.cancel()
-	}
-}
-
-// extendedLocked records a successful acquisition or renewal sent at sent.
-// The caller holds rl.mu.
-func (rl *RedisLock) extendedLocked(h *hold, sent time.Time) {
-	if until := sent.Add(h.lease - drift(h.lease)); until.After(h.until) {
-		h.until = until
-	}
-	h.lastErr = nil
-}
-
-// leaseRanOut runs when h's lease may have run out by our own accounting.
-func (rl *RedisLock) leaseRanOut(h *hold) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if h.ended {
-		return
-	}
-	if left := h.until.Sub(rl.clock.Now()); left > 0 {
-		h.timer.Reset(left) // renewed in the meantime
-		return
-	}
-	var err error
-	switch {
-	case h.lastErr != nil:
-		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, h.lastErr)
-	case rl.watchdog:
-		err = fmt.Errorf("%w: %q: %w before a renewal got through", ErrLockLost, rl.key, errLeaseRanOut)
-	default:
-		err = fmt.Errorf("%w: %q: %w: %v (no watchdog)", ErrLockLost, rl.key, errLeaseRanOut, h.lease)
-	}
-	rl.endLocked(h, err)
-}
-
-func (rl *RedisLock) lostErr(why string) error {
-	return fmt.Errorf("%w: %q: %s", ErrLockLost, rl.key, why)
-}
-
-// releaseQuietly deletes the key if id still owns it, for a hold that is
-// over already, within selfReleaseTimeout, and logs a failure.
-func (rl *RedisLock) releaseQuietly(ctx context.Context, id string) {
+// releaseQuietly deletes the key if id still owns it, for a hold or attempt
+// that is over already, within selfReleaseTimeout, and logs a failure.
+func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
 	defer cancel()
-	if _, err := rl.release(ctx, id); err != nil {
+	if _, err := rl.release(ctx, id, lease); err != nil {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %v", rl.key, id, err)
 	}
 }

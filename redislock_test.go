@@ -289,50 +289,79 @@ func TestMaxHold(t *testing.T) {
 	mustRelease(t, rl)
 }
 
-func TestHoldingContextEndsHold(t *testing.T) {
+// The holding context bounds the renewal, not the lock (issue 8): when it
+// ends, renewal stops, the hold lasts out its lease, and then Done closes
+// with the context's cause; the key is left to expire, as go-zero's would.
+func TestHoldingContextStopsRenewalNotLock(t *testing.T) {
 	mr, c := newMini(t)
+	clk := newFakeClock()
 	s := newSpy(FromGoRedis(c))
 	ctx, cancel := context.WithCancelCause(context.Background())
-	rl := NewRedisLock(s, "k")
+	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
 	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
 		t.Fatalf("AcquireCtx = %v, %v", ok, err)
 	}
 	mustAcquire(t, rl) // a re-entry with another context does not rebind
-	unblock := make(chan struct{})
-	s.setFail(func(script *redis.Script) error {
-		if script == releaseScript {
-			<-unblock
-		}
-		return nil
-	})
-	cause := errors.New("shutting down")
+	until := rl.Until()
+	h := rl.cur
+	cause := errors.New("request finished")
 	cancel(cause)
-	// Done closes before the key is released, never after: the holder
-	// stops believing it holds before anyone else can take it.
-	waitDone(t, rl.Done(), "holding context cancelled, release held up")
-	if !errors.Is(rl.Err(), cause) || !rl.Until().IsZero() {
-		t.Fatalf("Err = %v, Until %v; want the cause and zero", rl.Err(), rl.Until())
+	waitState(t, rl, h, expiring)
+	extends := s.count(extendScript)
+	clk.Advance(time.Second) // a renewal would be due
+	clk.Advance(time.Second)
+	if n := s.count(extendScript); n != extends {
+		t.Fatalf("%d renewals after the holding context ended", n-extends)
+	}
+	if isClosed(rl.Done()) || rl.Holds() != 2 || !rl.Until().Equal(until) || rl.Err() != nil {
+		t.Fatalf("before the lease ran out: Done closed %v, Holds %d, Until moved %v, Err %v",
+			isClosed(rl.Done()), rl.Holds(), !rl.Until().Equal(until), rl.Err())
+	}
+	clk.Advance(time.Second) // past the lease, by our own accounting
+	waitDone(t, rl.Done(), "lease ran out after the holding context ended")
+	if !errors.Is(rl.Err(), cause) || errors.Is(rl.Err(), ErrLockLost) || !rl.Until().IsZero() {
+		t.Fatalf("Err = %v, Until %v; want the cause (not a loss) and zero", rl.Err(), rl.Until())
 	}
 	if !mr.Exists("k") {
-		t.Fatal("released before the hold ended")
+		t.Fatal("the key was deleted: it must last out its lease on Redis too")
 	}
-	close(unblock)
 	for i := 0; i < 2; i++ {
 		if ok, err := rl.Release(); ok || !errors.Is(err, cause) {
 			t.Fatalf("Release = %v, %v; want false, the cause", ok, err)
 		}
 	}
-	if mr.Exists("k") {
-		t.Fatal("the lock was not released when its context ended")
+	if v, _ := mr.Get("k"); v != h.id {
+		t.Fatal("the releases of an ended hold touched the key")
 	}
+	mr.FastForward(3 * time.Second) // Redis expires it in its own time
 	mustAcquire(t, rl)
 	mustRelease(t, rl)
 }
 
+// A Release after the holding context ended, before the lease ran out,
+// deletes the key as usual.
+func TestReleaseAfterHoldingContextEnded(t *testing.T) {
+	mr, c := newMini(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+		t.Fatalf("AcquireCtx = %v, %v", ok, err)
+	}
+	h := rl.cur
+	cancel()
+	waitState(t, rl, h, expiring)
+	if isClosed(rl.Done()) {
+		t.Fatal("Done closed when the holding context ended")
+	}
+	mustRelease(t, rl)
+	if mr.Exists("k") || rl.Err() != nil {
+		t.Fatalf("after Release: key exists %v, Err %v", mr.Exists("k"), rl.Err())
+	}
+}
+
 // TestHoldingContextEndsDuringRenewal: the holding context ends while the
-// watchdog is in a renewal that then gets through. The run that the end of
-// the context starts finds the watchdog running and leaves; the run under
-// way must notice, end the hold with the cause, and release the lock.
+// watchdog is in a renewal that then gets through. No renewal follows; the
+// hold lasts out the lease that renewal gave it, then ends with the cause.
 func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	mr, c := newMini(t)
 	clk := newFakeClock()
@@ -351,20 +380,32 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
 		t.Fatalf("AcquireCtx = %v, %v", ok, err)
 	}
+	h := rl.cur
 	clk.Advance(time.Second) // the first renewal is due
 	waitDone(t, entered, "the renewal started")
 	cause := errors.New("shutting down")
 	cancel(cause)
+	waitState(t, rl, h, expiring)
 	close(unblock)
-	waitDone(t, rl.Done(), "holding context cancelled during a renewal")
+	for watchRunning(rl, h) {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 3; i++ { // two more intervals, then past the renewed lease
+		clk.Advance(time.Second)
+	}
+	if isClosed(rl.Done()) {
+		t.Fatal("Done closed before the lease the renewal gave ran out")
+	}
+	clk.Advance(time.Second)
+	waitDone(t, rl.Done(), "lease ran out")
 	if !errors.Is(rl.Err(), cause) {
 		t.Fatalf("Err = %v, want the cause", rl.Err())
 	}
 	if ok, err := rl.Release(); ok || !errors.Is(err, cause) {
 		t.Fatalf("Release = %v, %v; want false, the cause", ok, err)
 	}
-	if mr.Exists("k") {
-		t.Fatal("the lock was not released when its context ended")
+	if !mr.Exists("k") {
+		t.Fatal("the key was deleted; it lasts out its lease")
 	}
 	if n := renewals.Load(); n != 1 {
 		t.Fatalf("%d renewals, want the one under way only", n)
@@ -373,15 +414,40 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 
 func TestHoldingContextWithoutWatchdog(t *testing.T) {
 	mr, c := newMini(t)
+	clk := newFakeClock()
 	ctx, cancel := context.WithCancel(context.Background())
-	rl := NewRedisLock(FromGoRedis(c), "k", WithoutWatchdog())
+	rl := NewRedisLock(FromGoRedis(c), "k", WithoutWatchdog(), WithExpiry(time.Second), withClock(clk))
 	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
 		t.Fatalf("AcquireCtx = %v, %v", ok, err)
 	}
+	h := rl.cur
 	cancel()
-	waitDone(t, rl.Done(), "holding context cancelled")
-	if ok, err := rl.Release(); ok || !errors.Is(err, context.Canceled) || mr.Exists("k") {
+	waitState(t, rl, h, expiring)
+	if isClosed(rl.Done()) {
+		t.Fatal("Done closed before the lease ran out")
+	}
+	clk.Advance(time.Second)
+	waitDone(t, rl.Done(), "lease ran out")
+	if ok, err := rl.Release(); ok || !errors.Is(err, context.Canceled) || !mr.Exists("k") {
 		t.Fatalf("Release = %v, %v; key exists %v", ok, err, mr.Exists("k"))
+	}
+}
+
+// waitState waits until h reaches state.
+func waitState(t *testing.T, rl *RedisLock, h *hold, state holdState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rl.mu.Lock()
+		got := h.state
+		rl.mu.Unlock()
+		if got == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hold in state %d, want %d", got, state)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -691,8 +757,11 @@ func TestOddKeys(t *testing.T) {
 			t.Errorf("key %q kept after release", key)
 		}
 	}
-	if keys := mr.Keys(); len(keys) != 0 {
-		t.Fatalf("left keys behind: %d", len(keys))
+	// Only the release markers remain, each expiring within a lease.
+	for _, k := range mr.Keys() {
+		if !strings.HasSuffix(k, "redislock:last-release") || mr.TTL(k) <= 0 || mr.TTL(k) > DefaultExpiry {
+			t.Errorf("left %q behind, TTL %v", k, mr.TTL(k))
+		}
 	}
 }
 

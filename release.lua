@@ -1,16 +1,30 @@
 -- release.lua: delete the lock if, and only if, we own it, and wake a waiter.
 --
 -- KEYS[1]  the lock key
--- ARGV[1]  the owner's id
+-- KEYS[2]  its release marker: the id of the latest owner released
+-- ARGV[1]  the owner id
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
+-- ARGV[3]  how long to remember the release, in milliseconds (a lease)
 --
 -- Reply: 1 when KEYS[1] held ARGV[1] and was deleted; a message was
---        published on ARGV[2].
---        0 when it did not (missing, another owner, or not a string):
---        nothing was deleted or published.
-if redis.pcall("GET", KEYS[1]) == ARGV[1] then
+--        published on ARGV[2], and KEYS[2] now holds ARGV[1].
+--        2 when ARGV[1] was released already (KEYS[2] holds it): a client's
+--        retry of this call after its reply was lost.
+--        0 when KEYS[1] does not hold ARGV[1] (missing, another owner, or
+--        not a string) and ARGV[1] was not released: a loss. When KEYS[1]
+--        is missing, KEYS[2] now holds ARGV[1], so that a late run of an
+--        acquisition by ARGV[1] does not take the lock (see acquire.lua).
+local owner = redis.pcall("GET", KEYS[1])
+if owner == ARGV[1] then
     redis.call("DEL", KEYS[1])
+    redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[3])
     redis.call("PUBLISH", ARGV[2], "")
     return 1
+end
+if redis.pcall("GET", KEYS[2]) == ARGV[1] then
+    return 2
+end
+if not owner then
+    redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[3])
 end
 return 0

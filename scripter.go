@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/breaker"
 )
 
 // Scripter runs a Lua script on Redis. It is the only thing a RedisLock needs
@@ -72,26 +74,33 @@ var (
 	}
 )
 
-// run runs script on the lock's key and keeps redis.Nil from callers: none of
-// our scripts replies nil, so a nil reply is garbage.
-func (rl *RedisLock) run(ctx context.Context, script *redis.Script, args ...any) (any, error) {
+// run runs script on keys and keeps redis.Nil from callers: none of our
+// scripts replies nil, so a nil reply is garbage.
+func (rl *RedisLock) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	var reply any
 	var err error
 	if rl.evaler != nil {
-		reply, err = rl.evaler.EvalCtx(ctx, sources[script], rl.keys, args...)
+		reply, err = rl.evaler.EvalCtx(ctx, sources[script], keys, args...)
 	} else {
-		reply, err = rl.store.ScriptRunCtx(ctx, script, rl.keys, args...)
+		reply, err = rl.store.ScriptRunCtx(ctx, script, keys, args...)
 	}
-	if errors.Is(err, redis.Nil) || (err == nil && reply == nil) {
+	switch {
+	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
+		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, rl.keys[len(rl.keys)-1])
+	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	}
 	return reply, err
 }
 
+// corruptCounterReply is the error acquire.lua replies when the fencing
+// counter holds something other than a number.
+const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER"
+
 // parseAcquire reads the reply of acquire.lua: the fencing token (0 when
 // not fenced) of a taken lock, or -1 and the holder's PTTL.
 func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
-	fenced := len(rl.keys) > 1
+	fenced := len(rl.keys) > 2
 	switch v := reply.(type) {
 	case int64:
 		if v < -1 {
@@ -113,8 +122,8 @@ func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, e
 }
 
 // runInt runs a script whose reply is an integer.
-func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, args ...any) (int64, error) {
-	reply, err := rl.run(ctx, script, args...)
+func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, keys []string, args ...any) (int64, error) {
+	reply, err := rl.run(ctx, script, keys, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -125,29 +134,65 @@ func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, args ...a
 	return n, nil
 }
 
-// runBool runs a script that replies 1 when it did its work on a key that
-// holds our id, and 0 when the key does not hold it.
-func (rl *RedisLock) runBool(ctx context.Context, script *redis.Script, args ...any) (bool, error) {
-	n, err := rl.runInt(ctx, script, args...)
-	if err != nil {
+// extend verifies that id owns the key and refreshes its lease. It reports
+// false, nil when the key does not hold id: a definite loss.
+func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
+	n, err := rl.runInt(ctx, extendScript, rl.keys[:1], id, lease.Milliseconds())
+	switch {
+	case err != nil:
 		return false, err
-	}
-	if n != 0 && n != 1 {
+	case n != 0 && n != 1:
 		return false, fmt.Errorf("%w: %d where 0 or 1 was due", ErrUnexpectedReply, n)
 	}
 	return n == 1, nil
 }
 
-// extend verifies that id owns the key and refreshes its lease. It reports
-// false, nil when the key does not hold id: a definite loss.
-func (rl *RedisLock) extend(ctx context.Context, id string, leaseMs int64) (bool, error) {
-	return rl.runBool(ctx, extendScript, id, leaseMs)
+// release deletes the key if id owns it, and reports true when it did, or
+// when a release of id had already done so (this call is a client's retry
+// of one whose reply was lost). It reports false, nil when the key is gone
+// or taken and no release of id ran: a loss. The release is remembered for
+// a lease (or for an attempt that was given up, its key kept from being
+// taken by a late run of that attempt).
+func (rl *RedisLock) release(ctx context.Context, id string, lease time.Duration) (bool, error) {
+	n, err := rl.runInt(ctx, releaseScript, rl.keys[:2], id, rl.channel, lease.Milliseconds())
+	switch {
+	case err != nil:
+		return false, err
+	case n < 0 || n > 2:
+		return false, fmt.Errorf("%w: %d where 0, 1 or 2 was due", ErrUnexpectedReply, n)
+	}
+	return n != 0, nil
 }
 
-// release deletes the key if id owns it and reports whether it did.
-func (rl *RedisLock) release(ctx context.Context, id string) (bool, error) {
-	return rl.runBool(ctx, releaseScript, id, rl.channel)
+// ambiguous reports whether a failed script call may have run on the server
+// all the same: anything but an error reply from Redis (a network error, a
+// timeout, a cancelled context) or a reply that is not ours.
+func ambiguous(err error) bool {
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
+		errors.Is(err, ErrCorruptFencingCounter):
+		return false // Redis refused it, or it was never sent
+	}
+	return true
 }
+
+// opErr is err from operation op on key: "redislock: op "key": err",
+// with the "redislock: " of a sentinel error said once.
+func opErr(op, key string, err error) error {
+	return &opError{op: op, key: key, err: err}
+}
+
+type opError struct {
+	op, key string
+	err     error
+}
+
+func (e *opError) Error() string {
+	return fmt.Sprintf("redislock: %s %q: %s", e.op, e.key, strings.TrimPrefix(e.err.Error(), "redislock: "))
+}
+
+func (e *opError) Unwrap() error { return e.err }
 
 // isNil reports whether v is nil or a nil pointer, map, func or the like in an
 // interface, so that a typed nil client is an error rather than a panic.

@@ -7,26 +7,35 @@ import (
 	"time"
 )
 
-// ErrNotAcquired reports that AcquireWait gave up: its context ended (the
-// error then matches ctx.Err() too), or its RetryStrategy ran out.
+// ErrNotAcquired reports that AcquireWait or Do gave up: its context ended,
+// or its wait timeout passed (the error then matches ctx.Err() or
+// context.DeadlineExceeded too), or its RetryStrategy ran out.
 var ErrNotAcquired = errors.New("redislock: not acquired")
 
-// AcquireWait blocks until this RedisLock holds the lock, or ctx ends. A
-// re-entry returns after its round trip. As with AcquireCtx, ctx binds the
-// hold that a first acquisition makes.
+// AcquireWait blocks until this RedisLock holds the lock, or ctx ends, or the
+// wait timeout set with WithWaitTimeout passes. A re-entry returns after its
+// round trip. As with AcquireCtx, ctx is the holding context of a first
+// acquisition: it bounds the renewal of the hold, not the lock. To bound the
+// wait alone, use WithWaitTimeout.
 //
-// It waits without polling: a release publishes a wake-up on a channel
-// derived from the key, and the waiter that has waited longest in this
-// process (per pub/sub client) makes the next attempt; the others wait for
-// their turn, so waiters of one process acquire in arrival order and a
-// release costs one attempt per waiting process. An attempt that loses
-// learns the holder's remaining lease, and the next attempt comes no later
-// than its end (a holder that crashed publishes nothing). Without wake-ups
-// (no pub/sub client, or the subscription down), attempts are paced by the
-// RetryStrategy.
+// It makes a first attempt at once; only if the lock is busy does it
+// subscribe to the release channel derived from the key and, once the
+// server has confirmed the subscription, attempt again, so that no release
+// can be missed and waiting on a free lock costs what an acquisition costs.
+// Then it waits without polling: a release publishes a wake-up, and the
+// waiter that has waited longest in this process (per pub/sub client)
+// makes the next attempt; the others wait for their turn, so waiters of one
+// process acquire in arrival order and a release costs one attempt per
+// waiting process. An attempt that loses learns the holder's remaining
+// lease, and the next attempt comes no later than its end (a holder that
+// crashed publishes nothing). Without wake-ups (no pub/sub client, or the
+// subscription down), attempts are paced by the RetryStrategy.
 //
-// When ctx ends it returns an error matching both ErrNotAcquired and
-// ctx.Err(); a Redis error is returned as such.
+// When it gives up it returns an error matching ErrNotAcquired and
+// ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
+// ctx had already ended. When this RedisLock's hold has ended (lost, say)
+// and is not yet released, it returns that reason at once, as AcquireCtx
+// does. A Redis error is returned as such.
 func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
@@ -41,13 +50,14 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 	if err := retryErr(rl.retry); err != nil {
 		return err
 	}
-	if rl.Holds() > 0 { // a re-entry needs no waiting
-		_, _, err := rl.acquireCtx(ctx)
-		return err
+	waitCtx := ctx
+	if rl.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, rl.waitTimeout)
+		defer cancel()
 	}
-
-	w := rl.joinWait(ctx)
-	defer w.quit()
+	var w *waiter // in the queue of this process's waiters on the key
+	defer func() { w.quit() }()
 	var t timer
 	defer func() {
 		if t != nil {
@@ -61,26 +71,51 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			t.Reset(d)
 		}
 	}
+	first := rl.attemptsFirst() // the first attempt is due, before any wait
+	if !first {
+		// Others of this process wait for the key already: queue behind
+		// them rather than barge in at a release.
+		w = rl.joinWait(waitCtx)
+	}
 
 	failures := 0
 	for {
+		if err := rl.endedHoldErr(); err != nil {
+			return err // lost (or the like) and not yet released: say so now
+		}
+		switch {
+		case ctx.Err() != nil:
+			return rl.gaveUp(ctx)
+		case waitCtx.Err() != nil && !first:
+			return rl.gaveUp(waitCtx)
+		}
 		head, turn, promoted := w.next()
 		switch {
 		case head && turn:
+			first = false
+			// The round trip is bounded by ctx, not by the wait timeout: an
+			// attempt under way is never cut short into an ambiguous one.
 			ok, pttl, err := rl.acquireCtx(ctx)
 			switch {
-			case ctx.Err() != nil && !ok:
-				return errors.Join(ErrNotAcquired, ctx.Err())
-			case err != nil:
-				return err
 			case ok:
 				w.acquired(rl.leaseOfHold())
 				return nil
+			case err != nil && ctx.Err() != nil:
+				continue // gave up, unless the error is the hold's end
+			case err != nil:
+				return err
 			}
 			failures++
 			d, more := rl.retry.Backoff(failures)
 			if !more {
 				return fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
+			}
+			if w == nil && rl.pubsub != nil {
+				// Subscribe now, and attempt again as soon as the
+				// subscription is confirmed: a release between the two
+				// attempts cannot go unheard.
+				w = rl.joinWait(waitCtx)
+				continue
 			}
 			switch {
 			case pttl < 0: // no expiry: only releases and retries end it
@@ -105,13 +140,49 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			tick = t.C()
 		}
 		select {
-		case <-ctx.Done():
-			return errors.Join(ErrNotAcquired, ctx.Err())
+		case <-waitCtx.Done():
 		case <-w.wake():
+		case <-rl.heldDone(): // a hold of this RedisLock (another goroutine's) ended
 		case <-tick:
 			w.take()
 		}
 	}
+}
+
+// gaveUp is the error of a wait that ctx cut short.
+func (rl *RedisLock) gaveUp(ctx context.Context) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, ctx.Err())
+}
+
+// attemptsFirst reports whether AcquireWait makes an attempt before it
+// joins the queue of this process's waiters: when it would re-enter, or
+// find the reason its hold ended, or when nobody here waits for the key.
+func (rl *RedisLock) attemptsFirst() bool {
+	rl.mu.Lock()
+	held := rl.cur != nil && rl.cur.count > 0
+	rl.mu.Unlock()
+	return held || !rl.othersWaiting()
+}
+
+// endedHoldErr returns why the current hold ended, while acquisitions it
+// counted are not yet released.
+func (rl *RedisLock) endedHoldErr() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h := rl.cur; h != nil && h.count > 0 && !h.live() {
+		return h.err
+	}
+	return nil
+}
+
+// heldDone returns the Done channel of a live hold; nil when none.
+func (rl *RedisLock) heldDone() <-chan struct{} {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h := rl.liveHold(); h != nil {
+		return h.done
+	}
+	return nil
 }
 
 // take gives w a turn of its own: its timer fired.

@@ -89,6 +89,34 @@ type waiter struct {
 	promoted bool // now the head, after a waiter of ours acquired the lock
 }
 
+// hubKey returns the key of rl's hub in the registry: the Subscriber
+// itself when it can be compared (a client pointer, as a rule), else rl,
+// which then has a hub of its own.
+func (rl *RedisLock) hubKey() any {
+	if reflect.ValueOf(rl.pubsub).Comparable() {
+		return rl.pubsub
+	}
+	return rl
+}
+
+// othersWaiting reports whether AcquireWaits in this process queue for
+// rl's key on rl's pub/sub client.
+func (rl *RedisLock) othersWaiting() bool {
+	if rl.pubsub == nil {
+		return false
+	}
+	hubs.Lock()
+	defer hubs.Unlock()
+	h := hubs.m[rl.hubKey()]
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[rl.channel]
+	return c != nil && len(c.queue) > 0
+}
+
 // joinWait puts an AcquireWait of rl in the queue of rl's channel, opening
 // the client's hub if needed and waiting (within ctx and subscribeWait) for
 // the channel's subscription to be confirmed. It returns nil when rl has no
@@ -97,19 +125,10 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 	if rl.pubsub == nil {
 		return nil
 	}
-	var key any = rl.pubsub
-	if !reflect.TypeOf(rl.pubsub).Comparable() {
-		key = rl // cannot be shared by value: one hub for this lock
-	}
-	hubs.Lock()
-	h := hubs.m[key]
+	h := rl.useHub()
 	if h == nil {
-		h = openHub(key, rl.pubsub)
-		hubs.m[key] = h
+		return nil
 	}
-	h.users++
-	hubs.Unlock()
-
 	w := &waiter{hub: h, name: rl.channel, rl: rl, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	c := h.chans[w.name]
@@ -137,11 +156,34 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 	return w
 }
 
+// useHub returns rl's hub, opened if need be, counting one more user; nil
+// when the Subscriber gives no PubSub.
+func (rl *RedisLock) useHub() *hub {
+	key := rl.hubKey()
+	hubs.Lock()
+	defer hubs.Unlock()
+	h := hubs.m[key]
+	if h == nil {
+		if h = openHub(key, rl.pubsub); h == nil {
+			return nil
+		}
+		hubs.m[key] = h
+	}
+	h.users++
+	return h
+}
+
 func openHub(key any, s Subscriber) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
+	ps := s.Subscribe(ctx)
+	if ps == nil {
+		cancel()
+		logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", s)
+		return nil
+	}
 	h := &hub{
 		key:     key,
-		ps:      s.Subscribe(ctx),
+		ps:      ps,
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),

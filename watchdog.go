@@ -10,7 +10,7 @@ import (
 
 // firstDuty returns when the watchdog of h has its first work: the first
 // renewal, or the maximum hold; zero when it has none (no watchdog, no
-// maximum hold), and then only the end of the holding context runs it.
+// maximum hold).
 func (rl *RedisLock) firstDuty(h *hold) time.Time {
 	var at time.Time
 	if rl.watchdog {
@@ -25,81 +25,74 @@ func (rl *RedisLock) firstDuty(h *hold) time.Time {
 }
 
 // watch is one run of the watchdog of h: it runs in the calling goroutine (a
-// timer's or context.AfterFunc's), does the duties that are due, arms
-// h.wake for the next ones, and returns. A held lock costs no goroutine
-// between duties. Runs never overlap, and none starts once Release has
-// stopped the watchdog or the hold is over; stopping is h.cancel, then a
-// wait on h.stepDone when a run is under way, so nothing the watchdog does
-// outlives that wait.
+// timer's, or the one that reports the end of the holding context), does
+// the duties that are due, arms h.wake for the next ones, and returns. A
+// held lock costs no goroutine between duties. Runs never overlap, and none
+// starts once the hold has ended. Ending a hold cancels the round trip of a
+// run under way; h.run is closed when that run is over.
 //
 // Loss by a lease that ran out is not its job: h.timer ends the hold at the
 // deadline even while a renewal is stuck in the network, because go-redis
 // does not cut a read short when a context ends.
 func (rl *RedisLock) watch(h *hold) {
 	rl.mu.Lock()
-	if h.running || h.stopping || h.ended { // running, or not to run
+	if h.run != nil || !h.live() { // running, or nothing to do
 		rl.mu.Unlock()
 		return
 	}
-	if h.cancel == nil { // the first run
-		h.ctx, h.cancel = context.WithCancel(h.parent)
+	if h.cancelRenew == nil { // the first run
+		h.renewCtx, h.cancelRenew = context.WithCancel(h.parent)
 		h.nextRenew = h.started.Add(h.lease / 3)
 	}
-	h.running = true
-	h.stepDone = make(chan struct{})
+	run := make(chan struct{})
+	h.run = run
 	rl.mu.Unlock()
 
-	for {
-		next, over := rl.duties(h)
-		rl.mu.Lock()
-		if !over && h.parent.Err() != nil && !h.stopping && !h.ended {
-			// The holding context ended during this run, and the
-			// context.AfterFunc that reports it found us running.
-			rl.mu.Unlock()
-			continue
+	next := rl.duties(h)
+	rl.mu.Lock()
+	h.run = nil
+	close(run)
+	if h.live() && !next.IsZero() {
+		d := next.Sub(rl.clock.Now())
+		if h.wake == nil {
+			h.wake = rl.clock.WatchFunc(d, func() { rl.watch(h) })
+		} else {
+			h.wake.Reset(d)
 		}
-		h.running = false
-		close(h.stepDone)
-		if !over && !next.IsZero() && !h.stopping && !h.ended {
-			d := next.Sub(rl.clock.Now())
-			if h.wake == nil {
-				h.wake = rl.clock.WatchFunc(d, func() { rl.watch(h) })
-			} else {
-				h.wake.Reset(d)
-			}
-		}
-		rl.mu.Unlock()
-		return
 	}
+	rl.mu.Unlock()
 }
 
 // duties renews the lease of h when a renewal is due (unless
-// WithoutWatchdog), ends the hold at the maximum hold, and releases the lock
-// when the holding context has ended. It returns when the next duty is due,
-// or over when the watchdog of h has no more to do. A call before anything
-// is due does nothing, so a spurious wake-up costs no round trip.
-func (rl *RedisLock) duties(h *hold) (next time.Time, over bool) {
+// WithoutWatchdog, or after the holding context ended), and ends the hold
+// at the maximum hold. It returns when the next duty is due, or zero when
+// there is none. A call before anything is due does nothing, so a spurious
+// wake-up costs no round trip.
+func (rl *RedisLock) duties(h *hold) (next time.Time) {
 	interval := h.lease / 3
 	maxAt := h.started.Add(rl.maxHold)
 	for {
-		if h.ctx.Err() != nil || h.parent.Err() != nil {
-			rl.stopWatching(h)
-			return time.Time{}, true
+		rl.mu.Lock()
+		state := h.state
+		rl.mu.Unlock()
+		if state == ended {
+			return time.Time{}
 		}
+		renews := rl.watchdog && state == renewing
 		now := rl.clock.Now()
 		if rl.maxHold > 0 && !now.Before(maxAt) {
-			rl.finish(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-			return time.Time{}, true
+			rl.endAndRelease(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
+			return time.Time{}
 		}
-		if rl.watchdog && !now.Before(h.nextRenew) {
+		if renews && !now.Before(h.nextRenew) {
 			ok, err := rl.renew(h, now)
 			switch {
 			case err == nil && ok:
 				h.failures = 0
 				h.nextRenew = now.Add(interval)
 			case err == nil: // definite loss, or the hold ended meanwhile
-				return time.Time{}, true
-			case h.ctx.Err() != nil: // stopped, or the holding context ended
+				return time.Time{}
+			case h.renewCtx.Err() != nil: // the hold or its holding context ended
 			default:
 				h.failures++
 				backoff := retryBackoff(interval, h.failures)
@@ -110,13 +103,13 @@ func (rl *RedisLock) duties(h *hold) (next time.Time, over bool) {
 			continue
 		}
 
-		if rl.watchdog {
+		if renews {
 			next = h.nextRenew
 		}
 		if rl.maxHold > 0 && (next.IsZero() || maxAt.Before(next)) {
 			next = maxAt
 		}
-		return next, false
+		return next
 	}
 }
 
@@ -128,8 +121,8 @@ func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
 	rl.mu.Lock()
 	timeout := h.until.Sub(sent)
 	rl.mu.Unlock()
-	ctx, cancel := context.WithTimeout(h.ctx, max(timeout, time.Millisecond))
-	ok, err := rl.extend(ctx, h.id, h.leaseMs)
+	ctx, cancel := context.WithTimeout(h.renewCtx, max(timeout, time.Millisecond))
+	ok, err := rl.extend(ctx, h.id, h.lease)
 	cancel()
 	switch {
 	case err != nil:
@@ -142,13 +135,15 @@ func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
 
 	rl.mu.Lock()
 	switch {
-	case h.ended && ok:
-		// Declared lost while this renewal was in the network, yet it got
-		// through: the key carries our id again, and nobody will use it.
+	case !h.live() && ok && h.err != nil:
+		// Ended while this renewal was in the network (its lease ran
+		// out, or its maximum hold), yet it got through: the key carries
+		// our id again, and nobody will use it. (After a release, the
+		// release deletes the key whatever the order.)
 		rl.mu.Unlock()
-		rl.releaseQuietly(h.parent, h.id)
+		rl.releaseQuietly(h.parent, h.id, h.lease)
 		return false, nil
-	case h.ended:
+	case !h.live():
 		rl.mu.Unlock()
 		return false, nil
 	case err != nil:
@@ -165,28 +160,15 @@ func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
 	return true, nil
 }
 
-// stopWatching runs when h.ctx has ended: by Release, by the end of the hold,
-// or by the end of the holding context, which releases the lock.
-func (rl *RedisLock) stopWatching(h *hold) {
-	rl.mu.Lock()
-	byUs := h.ended || h.stopping
-	rl.mu.Unlock()
-	if !byUs {
-		rl.finish(h, context.Cause(h.parent))
-	}
-}
-
-// finish ends the hold with cause and then releases the lock, on the
-// watchdog's own initiative. In that order: Done closes and Until turns
-// zero before the key can be taken by anyone else, so the holder never
-// believes it holds a lock that another may hold. A Release called after
-// Done returns once this release is over, because it waits for the
-// watchdog's run.
-func (rl *RedisLock) finish(h *hold, cause error) {
+// endAndRelease ends the hold with cause and then releases the lock, on the
+// watchdog's own initiative (the maximum hold). In that order: Done closes
+// and Until turns zero before the key can be taken by anyone else, so the
+// holder never believes it holds a lock that another may hold.
+func (rl *RedisLock) endAndRelease(h *hold, cause error) {
 	rl.mu.Lock()
 	rl.endLocked(h, cause)
 	rl.mu.Unlock()
-	rl.releaseQuietly(h.parent, h.id)
+	rl.releaseQuietly(h.parent, h.id, h.lease)
 }
 
 // retryBackoff is the wait before renewal attempt n+1 after n failures in a

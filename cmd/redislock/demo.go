@@ -231,28 +231,56 @@ func (d *tour) maxHold() error {
 	}
 }
 
-// shutdown: the context given to the first acquisition binds the hold.
+// shutdown: Do runs work under the lock, and a shutdown that cancels its
+// context stops the work and releases the lock at once; a plain
+// AcquireCtx's context bounds the renewal only, as go-zero's would.
 func (d *tour) shutdown() error {
-	d.title("6. The holding context binds the hold: cancel it and the lock is released")
+	d.title("6. Do(ctx, fn): a shutdown stops the work and releases at once")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	l := d.lock("consumer:orders")
-	if _, err := l.AcquireCtx(ctx); err != nil {
+	go func() {
+		d.wait(time.Second)
+		d.say("SIGTERM: the service cancels ctx.")
+		cancel(errors.New("service shutting down"))
+	}()
+	err := l.Do(ctx, func(ctx context.Context) error {
+		d.say("A consumer runs under Do(ctx, fn) on %q and processes orders until ctx ends.", l.Key())
+		<-ctx.Done()
+		d.say("fn sees its context end (%v) and returns; Do releases the lock.", context.Cause(ctx))
+		return nil
+	})
+	d.say("Do() = %v; key still there: %v", err, d.exists(l.Key()))
+
+	d.say("With AcquireCtx(ctx), ctx bounds the renewal, not the lock, as in go-zero:")
+	req, finish := context.WithCancelCause(context.Background())
+	defer finish(nil)
+	short := d.lock("report:weekly", redislock.WithExpiry(1500*time.Millisecond/d.scale))
+	if _, err := short.AcquireCtx(req); err != nil {
 		return err
 	}
-	d.say("A consumer took %q with AcquireCtx(ctx) and processes orders.", l.Key())
-	d.wait(time.Second)
-	d.say("SIGTERM: the service cancels ctx.")
-	cancel(errors.New("service shutting down"))
+	finish(errors.New("request finished"))
+	d.say("  the request that took %q ended: renewal stops, Done() still open: %v, key still there: %v",
+		short.Key(), !closed(short.Done()), d.exists(short.Key()))
 	select {
-	case <-l.Done():
+	case <-short.Done():
 	case <-time.After(10 * time.Second):
-		return errors.New("the hold did not end with its context")
+		return errors.New("the hold did not last out its lease")
 	}
-	d.say("Done() closed first, Err() = %v; then the lock is released in the background.", l.Err())
-	ok, err := l.Release()
-	d.say("The deferred Release() = %v, %v returns once it is; key still there: %v", ok, err, d.exists(l.Key()))
+	d.say("  the lock lasted out its lease; then Done() closed, Err() = %v", short.Err())
+	ok, err := short.Release()
+	d.say("  the late Release() = %v, %v", ok, err)
 	return nil
+}
+
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func (d *tour) exists(key string) bool {

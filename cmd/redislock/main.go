@@ -16,10 +16,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
@@ -46,11 +48,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return demo(args[1:], stdout, stderr)
 	case "run":
 		// stdout is the command's: the library's logs, whatever their
-		// level, go to stderr.
+		// level, go to stderr, and go-redis's through them.
 		logx.SetWriter(logx.NewWriter(stderr))
+		redis.SetLogger(logxLogger{})
 		return runCmd(args[1:], stderr)
 	case "status":
 		logx.SetWriter(logx.NewWriter(stderr))
+		redis.SetLogger(logxLogger{})
 		return statusCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -58,4 +62,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "redislock: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+// logxLogger sends go-redis's own log lines (connection pool retries and
+// the like) through logx, as errors: they say Redis is hard to reach.
+type logxLogger struct{}
+
+func (logxLogger) Printf(ctx context.Context, format string, v ...any) {
+	logx.WithContext(ctx).Errorf("redis: "+format, v...)
 }

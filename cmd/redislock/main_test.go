@@ -32,8 +32,11 @@ var demoOutcomes = []string{
 	"Release() = true, <nil>",
 	"errors.Is(err, redislock.ErrLockLost) = true",
 	"The next run acquires it: true, <nil>",
-	"Err() = service shutting down; then the lock is released",
-	"The deferred Release() = false, service shutting down returns once it is; key still there: false",
+	"fn sees its context end (service shutting down) and returns; Do releases the lock.",
+	"Do() = <nil>; key still there: false",
+	"renewal stops, Done() still open: true, key still there: true",
+	"then Done() closed, Err() = request finished",
+	"the late Release() = false, request finished",
 	"That's the tour.",
 }
 

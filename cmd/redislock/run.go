@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -88,6 +89,12 @@ func runCmd(args []string, stderr io.Writer) int {
 	if len(rest) >= 2 && rest[1] == "--" {
 		rest = append(rest[:1], rest[2:]...)
 	}
+	for name, d := range map[string]time.Duration{"max-hold": *maxHold, "wait": *wait, "grace": *grace} {
+		if d < 0 {
+			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
+			return exitUsage
+		}
+	}
 	if len(rest) < 2 {
 		fs.Usage()
 		return exitUsage
@@ -107,103 +114,140 @@ func runCmd(args []string, stderr io.Writer) int {
 	if *fencing {
 		opts = append(opts, redislock.WithFencing())
 	}
+	if *wait > 0 {
+		opts = append(opts, redislock.WithWaitTimeout(*wait))
+	} else {
+		opts = append(opts, redislock.WithRetry(redislock.LimitRetry(redislock.DefaultRetry, 1))) // one attempt
+	}
 	lock := redislock.NewRedisLock(redislock.FromGoRedis(client), key, opts...)
-
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
-
-	if code, ok := acquire(lock, *wait, signals, stderr); !ok {
-		return code
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := lock.ReleaseCtx(ctx); err != nil && !errors.Is(err, redislock.ErrLockLost) && !errors.Is(err, redislock.ErrMaxHoldExceeded) {
-			fmt.Fprintf(stderr, "redislock: releasing %q: %v (it expires with its lease)\n", key, err)
-		}
-	}()
-
-	child := exec.Command(command[0], command[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = os.Environ()
-	if *fencing {
-		child.Env = append(child.Env, "REDISLOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
-	}
-	if err := child.Start(); err != nil {
-		fmt.Fprintf(stderr, "redislock: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-
-	for {
-		select {
-		case err := <-exited:
-			return exitStatus(err)
-		case sig := <-signals:
-			_ = child.Process.Signal(sig) // the command decides; we release when it exits
-		case <-lock.Done():
-			fmt.Fprintf(stderr, "redislock: %v; stopping %s\n", lock.Err(), command[0])
-			_ = child.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(*grace):
-				fmt.Fprintf(stderr, "redislock: %s still runs %v after SIGTERM; killing it\n", command[0], *grace)
-				_ = child.Process.Kill()
-				<-exited
-			}
-			return exitLost
-		}
-	}
+	r := &runner{lock: lock, command: command, fencing: *fencing, grace: *grace, stderr: stderr}
+	return r.run()
 }
 
-// acquire takes the lock, waiting up to wait. It reports the exit status
-// and false when the command must not run.
-func acquire(lock *redislock.RedisLock, wait time.Duration, signals <-chan os.Signal, stderr io.Writer) (int, bool) {
-	if wait <= 0 {
-		ok, err := lock.Acquire()
-		switch {
-		case err != nil:
-			fmt.Fprintf(stderr, "redislock: %v\n", err)
-			return unavailableOrUsage(err), false
-		case !ok:
-			fmt.Fprintf(stderr, "redislock: %q is held by another owner\n", lock.Key())
-			return exitBusy, false
-		}
-		return 0, true
-	}
-	// ctx binds the hold as well as the wait: stop the timer that ends the
-	// wait as soon as the lock is ours, and cancel ctx only on the way out.
+// runner runs one command under a lock. A signal before the command starts
+// gives up the wait; once it runs, signals are passed on to it.
+type runner struct {
+	lock    *redislock.RedisLock
+	command []string
+	fencing bool
+	grace   time.Duration
+	stderr  io.Writer
+
+	mu     sync.Mutex
+	child  *os.Process // set once the command runs
+	signal os.Signal   // the signal that ended the wait
+	code   int         // the exit status, once the command ran
+}
+
+func (r *runner) run() int {
 	ctx, cancel := context.WithCancel(context.Background())
-	giveUp := time.AfterFunc(wait, cancel)
-	got := make(chan error, 1)
-	go func() { got <- lock.AcquireWait(ctx) }()
-	for {
-		select {
-		case err := <-got:
-			giveUp.Stop()
+	defer cancel()
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		for sig := range signals {
+			r.mu.Lock()
 			switch {
-			case errors.Is(err, redislock.ErrNotAcquired):
-				cancel()
-				fmt.Fprintf(stderr, "redislock: %q still held by another owner after %v\n", lock.Key(), wait)
-				return exitBusy, false
-			case err != nil:
-				cancel()
-				fmt.Fprintf(stderr, "redislock: %v\n", err)
-				return unavailableOrUsage(err), false
+			case r.child != nil:
+				_ = r.child.Signal(sig) // the command decides; we release when it exits
+			case r.signal == nil:
+				r.signal = sig
+				cancel() // stop waiting
 			}
-			return 0, true
-		case sig := <-signals:
-			cancel()
-			<-got
-			fmt.Fprintf(stderr, "redislock: %v while waiting for %q\n", sig, lock.Key())
-			return 128 + int(sig.(syscall.Signal)), false
+			r.mu.Unlock()
 		}
+	}()
+	defer func() {
+		signal.Stop(signals)
+		close(signals)
+		<-forwarded
+	}()
+
+	ran := false
+	err := r.lock.Do(ctx, func(ctx context.Context) error {
+		ran = true
+		return r.runCommand(ctx)
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := r.lock.Key()
+	switch {
+	case r.child == nil && r.signal != nil: // before the command could start
+		fmt.Fprintf(r.stderr, "redislock: %v while waiting for %q\n", r.signal, key)
+		return 128 + int(r.signal.(syscall.Signal))
+	case !ran && errors.Is(err, redislock.ErrNotAcquired):
+		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
+		return exitBusy
+	case !ran && isEnd(err):
+		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		return exitLost
+	case !ran:
+		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		return unavailableOrUsage(err)
+	case err != nil && !isEnd(err) && r.code != exitCannotExec && r.code != exitNotFound:
+		fmt.Fprintf(r.stderr, "redislock: releasing %q: %v (it expires with its lease)\n", key, err)
 	}
+	return r.code
+}
+
+// isEnd reports whether err says the hold ended before its release.
+func isEnd(err error) bool {
+	return errors.Is(err, redislock.ErrLockLost) || errors.Is(err, redislock.ErrMaxHoldExceeded)
+}
+
+// runCommand runs the command until it exits, or until ctx ends because the
+// hold ended: then the command gets SIGTERM, and SIGKILL after the grace.
+func (r *runner) runCommand(ctx context.Context) error {
+	child := exec.Command(r.command[0], r.command[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.Env = os.Environ()
+	if r.fencing {
+		child.Env = append(child.Env, "REDISLOCK_TOKEN="+strconv.FormatInt(r.lock.Token(), 10))
+	}
+	r.mu.Lock()
+	if r.signal != nil { // signalled just as the lock was taken: do not start
+		r.mu.Unlock()
+		return nil
+	}
+	if err := child.Start(); err != nil {
+		r.code = exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			r.code = exitNotFound
+		}
+		r.mu.Unlock()
+		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		return err
+	}
+	r.child = child.Process
+	r.mu.Unlock()
+
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	select {
+	case err := <-exited:
+		r.setCode(exitStatus(err))
+		return nil
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(r.stderr, "redislock: %v; stopping %s\n", context.Cause(ctx), r.command[0])
+	_ = child.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(r.grace):
+		fmt.Fprintf(r.stderr, "redislock: %s still runs %v after SIGTERM; killing it\n", r.command[0], r.grace)
+		_ = child.Process.Kill()
+		<-exited
+	}
+	r.setCode(exitLost)
+	return nil
+}
+
+func (r *runner) setCode(code int) {
+	r.mu.Lock()
+	r.code = code
+	r.mu.Unlock()
 }
 
 func unavailableOrUsage(err error) int {

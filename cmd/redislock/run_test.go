@@ -224,6 +224,9 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		{[]string{"run", "-addr", srv.Addr}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "k"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "-ttl", "-1s", "k", "--", "true"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "-max-hold", "-1s", "k", "--", "true"}, exitUsage}, // issue 8, bug 10
+		{[]string{"run", "-addr", srv.Addr, "-wait", "-1s", "k", "--", "true"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "-grace", "-1s", "k", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "no-such-command-here"}, exitNotFound},
 		{[]string{"run", "-addr", "127.0.0.1:1", "k", "--", "true"}, exitUnavailable},
@@ -238,5 +241,41 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 	}
 	if n := srv.Client(t).Exists(context.Background(), "k").Val(); n != 0 {
 		t.Fatal("a run left its lock behind")
+	}
+}
+
+// Issue 8, bug 9: "-wait D" on a free lock exited 75 for waits up to about
+// 1ms (no attempt was made before the subscription was confirmed), and
+// sometimes 70 when the wait's deadline met the acquisition (the give-up
+// timer cancelled the context that bound the new hold).
+func TestRunShortWaitOnFreeLock(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	var out bytes.Buffer
+	for i, wait := range []string{"1ns", "1us", "100us", "1ms", "2ms", "5ms", "1ms", "1ns"} {
+		out.Reset()
+		key := "free-" + strconv.Itoa(i)
+		if code := run([]string{"run", "-addr", srv.Addr, "-wait", wait, "-ttl", "300ms", key, "--", "sh", "-c", "sleep 0.5"}, &out, &out); code != 0 {
+			t.Errorf("-wait %s on a free lock: exit %d: %s", wait, code, out.String())
+		}
+		if n := admin.Exists(context.Background(), key).Val(); n != 0 {
+			t.Errorf("-wait %s: the lock was left behind", wait)
+		}
+	}
+}
+
+// A wait that ends with the lock does not bound the hold: a command that
+// runs for many leases after a short -wait keeps its lock (the old give-up
+// timer's Stop result was ignored).
+func TestRunWaitDoesNotBoundTheHold(t *testing.T) {
+	srv := redisserver.Start(t)
+	holder := redislock.NewRedisLock(redislock.FromGoRedis(srv.Client(t)), "handed")
+	if ok, err := holder.Acquire(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	go func() { time.Sleep(100 * time.Millisecond); holder.Release() }()
+	var out bytes.Buffer
+	if code := run([]string{"run", "-addr", srv.Addr, "-wait", "300ms", "-ttl", "150ms", "handed", "--", "sh", "-c", "sleep 1"}, &out, &out); code != 0 {
+		t.Fatalf("exit %d, want 0: %s", code, out.String())
 	}
 }

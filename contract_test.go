@@ -1,0 +1,617 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// The tests of issue 8: each bug a black-box tester found, pinned.
+
+// Bug 1: AcquireWait returned nil without the lock when another goroutine
+// made the last Release of a shared RedisLock and another owner then took
+// the key. Four goroutines share one RedisLock; a competitor with its own
+// lock loops beside them; neither side may ever be inside with the other.
+func TestAcquireWaitNeverReturnsWithoutTheLock(t *testing.T) {
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		sharedAndCompetitor(t, mr.Addr(), 2*time.Second)
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		srv := redisserver.Start(t)
+		sharedAndCompetitor(t, srv.Addr, 2*time.Second)
+	})
+}
+
+func sharedAndCompetitor(t *testing.T, addr string, d time.Duration) {
+	c := newClient(t, addr)
+	shared := NewRedisLock(FromGoRedis(c), "bug1", WithExpiry(time.Second))
+	rival := NewRedisLock(FromGoRedis(c), "bug1", WithExpiry(time.Second))
+	var sharedIn, rivalIn, overlaps, sharedWins, rivalWins atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := shared.AcquireWait(ctx)
+				if err != nil {
+					if !errors.Is(err, ErrNotAcquired) {
+						errs <- err
+					}
+					return
+				}
+				sharedIn.Add(1)
+				if rivalIn.Load() != 0 || holderOf(t, c, "bug1") != holderID(shared) {
+					overlaps.Add(1)
+				}
+				sharedWins.Add(1)
+				sharedIn.Add(-1)
+				if _, err := shared.Release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			ok, err := rival.Acquire()
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !ok {
+				continue
+			}
+			rivalIn.Add(1)
+			if sharedIn.Load() != 0 {
+				overlaps.Add(1)
+			}
+			rivalWins.Add(1)
+			rivalIn.Add(-1)
+			if _, err := rival.Release(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d times both owners were inside", overlaps.Load())
+	}
+	if sharedWins.Load() == 0 || rivalWins.Load() == 0 {
+		t.Fatalf("no contention tested: shared won %d, rival %d", sharedWins.Load(), rivalWins.Load())
+	}
+	t.Logf("shared won %d times, rival %d", sharedWins.Load(), rivalWins.Load())
+}
+
+// holderOf returns the value of key, "" when it is missing.
+func holderOf(t *testing.T, c redis.UniversalClient, key string) string {
+	v, err := c.Get(context.Background(), key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Error(err)
+	}
+	return v
+}
+
+// retryingStore runs every script twice, as a client does that retries a
+// call whose reply was lost after the server ran it, and returns the
+// second reply.
+type retryingStore struct {
+	next Scripter
+	only *redis.Script // nil: every script
+}
+
+func (r retryingStore) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if r.only == nil || r.only == script {
+		if _, err := r.next.ScriptRunCtx(ctx, script, keys, args...); err != nil {
+			return nil, err
+		}
+	}
+	return r.next.ScriptRunCtx(ctx, script, keys, args...)
+}
+
+// Bug 2: a retried script must not lie. An acquisition whose first run
+// took the lock is an acquisition; a release whose first run deleted the
+// key is a release, not a loss.
+func TestRetriedScriptsTellTheTruth(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			mr, c := newMini(t)
+			opts := []Option{}
+			if fenced {
+				opts = append(opts, WithFencing())
+			}
+			rl := NewRedisLock(retryingStore{next: FromGoRedis(c)}, "k", opts...)
+			mustAcquire(t, rl)
+			if v, _ := mr.Get("k"); v != holderID(rl) {
+				t.Fatalf("key = %q, want our id", v)
+			}
+			if fenced {
+				if counter, _ := mr.Get(relatedName("k", "fence")); counter != fmt.Sprint(rl.Token()) {
+					t.Fatalf("token %d, counter %s: the retry must return the token minted", rl.Token(), counter)
+				}
+			}
+			mustAcquire(t, rl) // a retried re-entry
+			if ttl, err := rl.TTL(context.Background()); err != nil || ttl <= 0 {
+				t.Fatalf("TTL = %v, %v", ttl, err)
+			}
+			mustRelease(t, rl)
+			mustRelease(t, rl) // the retried release finds it released by us
+			if rl.Err() != nil || mr.Exists("k") {
+				t.Fatalf("after a retried release: Err %v, key exists %v", rl.Err(), mr.Exists("k"))
+			}
+		})
+	}
+}
+
+// An acquisition whose reply never came gives its id back: the key must not
+// stay held by an id nobody has, and a late run of that acquisition (the
+// call was queued behind a stall) must not take the lock for nobody.
+func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
+	mr, c := newMini(t)
+	ran := 0
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		reply, err := FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+		if script == acquireScript && ran == 0 {
+			ran++
+			return nil, netErr // it ran; its reply was lost
+		}
+		return reply, err
+	})
+	rl := NewRedisLock(store, "k")
+	if ok, err := rl.Acquire(); ok || err == nil {
+		t.Fatalf("Acquire = %v, %v; want the network error", ok, err)
+	}
+	if mr.Exists("k") {
+		t.Fatal("the key stays held by the abandoned attempt's id")
+	}
+
+	// The late run: the attempt's id is released before its call arrives.
+	id := "late-attempt"
+	if _, err := FromGoRedis(c).ScriptRunCtx(context.Background(), releaseScript, rl.keys[:2], id, rl.channel, 10000); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := FromGoRedis(c).ScriptRunCtx(context.Background(), acquireScript, rl.keys, id, 10000)
+	if err != nil || mr.Exists("k") {
+		t.Fatalf("late acquisition: %v, %v; key exists %v", reply, err, mr.Exists("k"))
+	}
+	mustAcquire(t, rl)
+	mustRelease(t, rl)
+}
+
+// Bug 3: a corrupted fencing counter left the key set (an orphan) because
+// the script wrote before it read the counter.
+func TestCorruptFencingCounterLeavesNoOrphan(t *testing.T) {
+	check := func(t *testing.T, c *redis.Client, corrupt func(counter string)) {
+		ctx := context.Background()
+		rl := NewRedisLock(FromGoRedis(c), "fenced", WithFencing())
+		counter := relatedName("fenced", "fence")
+		corrupt(counter)
+		ok, err := rl.Acquire()
+		if ok || !errors.Is(err, ErrCorruptFencingCounter) {
+			t.Fatalf("Acquire = %v, %v; want ErrCorruptFencingCounter", ok, err)
+		}
+		if n := c.Exists(ctx, "fenced").Val(); n != 0 {
+			t.Fatal("the lock key was left behind")
+		}
+		if strings.Count(err.Error(), "redislock: ") != 1 {
+			t.Errorf("error %q says the prefix more than once", err)
+		}
+		c.Del(ctx, counter)
+		mustAcquire(t, rl)
+		mustRelease(t, rl)
+	}
+	corruptions := map[string]func(c *redis.Client, counter string){
+		"text":     func(c *redis.Client, k string) { c.Set(context.Background(), k, "abc", 0) },
+		"negative": func(c *redis.Client, k string) { c.Set(context.Background(), k, "-5", 0) },
+		"fraction": func(c *redis.Client, k string) { c.Set(context.Background(), k, "1.5", 0) },
+		"huge":     func(c *redis.Client, k string) { c.Set(context.Background(), k, "1e400", 0) },
+		"hash":     func(c *redis.Client, k string) { c.HSet(context.Background(), k, "f", "v") },
+	}
+	srv := redisserver.Start(t)
+	for name, corrupt := range corruptions {
+		t.Run("miniredis/"+name, func(t *testing.T) {
+			_, c := newMini(t)
+			check(t, c, func(k string) { corrupt(c, k) })
+		})
+		t.Run("redis-server/"+name, func(t *testing.T) {
+			c := srv.Client(t)
+			c.FlushAll(context.Background())
+			check(t, c, func(k string) { corrupt(c, k) })
+		})
+	}
+}
+
+// Bug 4: the final Release deleted the key before the hold ended, so while
+// it was in flight another owner could acquire while this one still showed
+// Holds 1, Done open and Until ahead.
+func TestReleaseEndsHoldBeforeDeletingKey(t *testing.T) {
+	mr, c := newMini(t)
+	s := newSpy(FromGoRedis(c))
+	rl := NewRedisLock(s, "k")
+	mustAcquire(t, rl)
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	s.setFail(func(script *redis.Script) error {
+		if script == releaseScript {
+			close(entered)
+			<-unblock
+		}
+		return nil
+	})
+	released := make(chan error, 1)
+	go func() { _, err := rl.Release(); released <- err }()
+	<-entered
+	if rl.Holds() != 0 || !isClosed(rl.Done()) || !rl.Until().IsZero() || rl.Token() != 0 {
+		t.Errorf("release under way: Holds %d, Done closed %v, Until %v", rl.Holds(), isClosed(rl.Done()), rl.Until())
+	}
+	if !mr.Exists("k") {
+		t.Error("the key went before the release's script ran")
+	}
+	close(unblock)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if mr.Exists("k") || rl.Err() != nil {
+		t.Fatalf("after release: key exists %v, Err %v", mr.Exists("k"), rl.Err())
+	}
+}
+
+// A final release that finds the key gone reports the loss, through its
+// error and Err.
+func TestReleaseFindingKeyGoneReportsLoss(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, rl)
+	mr.Del("k")
+	if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release = %v, %v; want false, ErrLockLost", ok, err)
+	}
+	if !errors.Is(rl.Err(), ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", rl.Err())
+	}
+	mustAcquire(t, rl) // the next hold is a new one
+	mustRelease(t, rl)
+}
+
+// Bug 5: "k" and "{k}" shared one wake-up channel, so a waiter on a free
+// "{k}" queued behind a waiter on a busy "k".
+func TestWaitersOnLookalikeKeysDoNotQueueTogether(t *testing.T) {
+	_, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	busy := NewRedisLock(FromGoRedis(c), "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error, 1)
+	go func() { waited <- busy.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "a waiter queued on k", func() bool { return busy.othersWaiting() })
+
+	free := NewRedisLock(FromGoRedis(c), "{k}", WithWaitTimeout(5*time.Second))
+	if free.othersWaiting() {
+		t.Fatal("{k} shares k's queue")
+	}
+	if err := free.AcquireWait(context.Background()); err != nil {
+		t.Fatalf("AcquireWait on free {k}: %v", err)
+	}
+	mustRelease(t, free)
+	cancel()
+	if err := <-waited; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("waiter on k: %v", err)
+	}
+	mustRelease(t, holder)
+	requireNoHubs(t)
+}
+
+// oddSubscriber is a comparable type whose values cannot be compared: its
+// interface field holds a slice, so using it as a map key panics.
+type oddSubscriber struct {
+	Subscriber
+	tag any
+}
+
+// Bug 6: such a Subscriber panicked inside the hub registry's lock, with no
+// deferred unlock: every later AcquireWait in the process hung.
+func TestUnhashableSubscriberNeitherPanicsNorHangs(t *testing.T) {
+	_, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	odd := oddSubscriber{Subscriber: c, tag: []int{1}}
+	rl := NewRedisLock(FromGoRedis(c), "k", WithPubSub(odd), WithWaitTimeout(50*time.Millisecond))
+	for range 2 {
+		if err := rl.AcquireWait(context.Background()); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("AcquireWait = %v, want ErrNotAcquired", err)
+		}
+	}
+	mustRelease(t, holder)
+	other := NewRedisLock(FromGoRedis(c), "k", WithWaitTimeout(5*time.Second))
+	if err := other.AcquireWait(context.Background()); err != nil { // the registry still works
+		t.Fatal(err)
+	}
+	mustRelease(t, other)
+	requireNoHubs(t)
+}
+
+// nilPubSub is a Subscriber that gives no PubSub.
+type nilPubSub struct{}
+
+func (nilPubSub) Subscribe(context.Context, ...string) *redis.PubSub { return nil }
+
+func TestSubscriberGivingNilPubSubFallsBackToRetries(t *testing.T) {
+	_, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	rl := NewRedisLock(FromGoRedis(c), "k", WithPubSub(nilPubSub{}), WithRetry(FixedRetry(time.Millisecond)))
+	go func() { time.Sleep(20 * time.Millisecond); holder.Release() }()
+	if err := rl.AcquireWait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, rl)
+	requireNoHubs(t)
+}
+
+// Bug 7: AcquireWait's re-entry with an ended context returned a bare
+// context error.
+func TestAcquireWaitWithEndedContext(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, held := range []bool{false, true} {
+		if err := rl.AcquireWait(ctx); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("held %v: AcquireWait(ended) = %v; want ErrNotAcquired and context.Canceled", held, err)
+		}
+		if !held {
+			if mr.Exists("k") {
+				t.Fatal("an ended wait took the lock")
+			}
+			mustAcquire(t, rl)
+		}
+	}
+	if rl.Holds() != 1 {
+		t.Fatalf("Holds = %d, want 1: the ended wait did not re-enter", rl.Holds())
+	}
+	mustRelease(t, rl)
+}
+
+// Bug 8: after a loss, an AcquireWait queued behind another waiter hid the
+// loss: it waited out its context and returned ErrNotAcquired.
+func TestAcquireWaitAfterLossReportsItAtOnce(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, rl)
+	mr.Del("k")
+	taker := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, taker) // someone else has it now
+	queued := NewRedisLock(FromGoRedis(c), "k")
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	go func() { _ = queued.AcquireWait(qctx) }()
+	waitFor(t, 10*time.Second, "another waiter queued", func() bool { return queued.othersWaiting() })
+	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrLockLost) { // the loss is found
+		t.Fatalf("TTL = %v, want ErrLockLost", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rl.AcquireWait(ctx); !errors.Is(err, ErrLockLost) || ctx.Err() != nil {
+		t.Fatalf("AcquireWait = %v (context ended: %v); want ErrLockLost at once", err, ctx.Err())
+	}
+	if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	mustRelease(t, taker)
+	qcancel()
+}
+
+// The same while waiting: a hold of the shared RedisLock that ends while
+// one of its goroutines waits is reported to that waiter at once.
+func TestWaiterLearnsOfSharedHoldsLoss(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	waited := make(chan error, 1)
+	go func() { waited <- rl.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "rl waits", func() bool { return rl.othersWaiting() })
+	mustRelease(t, holder)
+	// rl's waiter gets it; now a second goroutine of rl shares it.
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	mr.Del("k")
+	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrLockLost) {
+		t.Fatal(err)
+	}
+	if err := rl.AcquireWait(context.Background()); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("AcquireWait = %v, want ErrLockLost", err)
+	}
+	for range 2 {
+		rl.Release()
+	}
+}
+
+// Waiting on a free lock costs what an acquisition costs: no subscription.
+func TestAcquireWaitOnFreeLockDoesNotSubscribe(t *testing.T) {
+	_, c := newMini(t)
+	subs := &countingSubscriber{next: c}
+	rl := NewRedisLock(FromGoRedis(c), "k", WithPubSub(subs))
+	for range 200 {
+		if err := rl.AcquireWait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, rl)
+	}
+	if n := subs.n.Load(); n != 0 {
+		t.Fatalf("%d subscriptions for 200 waits on a free lock, want 0", n)
+	}
+	// On a busy lock it does subscribe.
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := rl.AcquireWait(ctx); !errors.Is(err, ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	if subs.n.Load() != 1 {
+		t.Fatalf("%d subscriptions for a wait on a busy lock, want 1", subs.n.Load())
+	}
+	mustRelease(t, holder)
+	requireNoHubs(t)
+}
+
+type countingSubscriber struct {
+	next Subscriber
+	n    atomic.Int64
+}
+
+func (s *countingSubscriber) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	s.n.Add(1)
+	return s.next.Subscribe(ctx, channels...)
+}
+
+// ReleaseCtx does not wait for a stuck renewal past its own context: the
+// renewal is owner-checked and cannot bring back a deleted key.
+func TestReleaseDoesNotWaitForStuckRenewalPastItsContext(t *testing.T) {
+	mr, c := newMini(t)
+	clk := newFakeClock()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var renewals atomic.Int64
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == extendScript && renewals.Add(1) == 1 {
+			close(entered)
+			<-unblock // stuck, whatever its context says
+			ctx = context.WithoutCancel(ctx)
+		}
+		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+	})
+	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
+	mustAcquire(t, rl)
+	h := rl.cur
+	clk.Advance(time.Second)
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	returned := make(chan struct{})
+	var ok bool
+	var err error
+	go func() { ok, err = rl.ReleaseCtx(ctx); close(returned) }()
+	waitDone(t, returned, "ReleaseCtx with a stuck renewal")
+	if !ok || err != nil || mr.Exists("k") {
+		t.Fatalf("ReleaseCtx = %v, %v; key exists %v", ok, err, mr.Exists("k"))
+	}
+	if !watchRunning(rl, h) {
+		t.Fatal("the renewal was not stuck: the test proves nothing")
+	}
+	close(unblock)
+	for watchRunning(rl, h) {
+		time.Sleep(time.Millisecond)
+	}
+	if mr.Exists("k") {
+		t.Fatal("the stuck renewal brought the key back")
+	}
+}
+
+// go-zero parity: a call with an ended context returns an error, and a
+// deferred ReleaseCtx(ctx) with an ended ctx still stops the renewal.
+func TestCallsWithEndedContext(t *testing.T) {
+	mr, c := newMini(t)
+	clk := newFakeClock()
+	s := newSpy(FromGoRedis(c))
+	rl := NewRedisLock(s, "k", WithExpiry(3*time.Second), withClock(clk))
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if ok, err := rl.AcquireCtx(ended); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("AcquireCtx(ended) = %v, %v", ok, err)
+	}
+	if ok, err := rl.ReleaseCtx(ended); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ReleaseCtx(ended) holding nothing = %v, %v; want an error, as go-zero's", ok, err)
+	}
+	if _, err := rl.TTL(ended); err == nil {
+		t.Fatal("TTL(ended) = nil error")
+	}
+	if s.total.Load() != 0 {
+		t.Fatalf("%d round trips with an ended context", s.total.Load())
+	}
+	mustAcquire(t, rl)
+	mustAcquire(t, rl)
+	if ok, err := rl.ReleaseCtx(ended); ok || !errors.Is(err, context.Canceled) || rl.Holds() != 1 {
+		t.Fatalf("inner ReleaseCtx(ended) = %v, %v, Holds %d; want an error, one given back", ok, err, rl.Holds())
+	}
+	if ok, err := rl.ReleaseCtx(ended); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ReleaseCtx(ended) = %v, %v", ok, err)
+	}
+	if !isClosed(rl.Done()) || rl.Holds() != 0 || rl.Err() != nil {
+		t.Fatalf("after the last ReleaseCtx(ended): Done closed %v, Holds %d, Err %v", isClosed(rl.Done()), rl.Holds(), rl.Err())
+	}
+	extends := s.count(extendScript)
+	for range 6 {
+		clk.Advance(time.Second)
+	}
+	if n := s.count(extendScript); n != extends {
+		t.Fatalf("%d renewals after ReleaseCtx(ended)", n-extends)
+	}
+	if !mr.Exists("k") {
+		t.Fatal("ReleaseCtx(ended) made a round trip")
+	}
+	mr.FastForward(4 * time.Second) // the key expires with its lease
+	mustAcquire(t, rl)
+	mustRelease(t, rl)
+}
+
+// WithWaitTimeout bounds the wait and nothing else.
+func TestWaitTimeoutBoundsOnlyTheWait(t *testing.T) {
+	_, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	rl := NewRedisLock(FromGoRedis(c), "k", WithWaitTimeout(30*time.Millisecond), WithExpiry(time.Second))
+	err := rl.AcquireWait(context.Background())
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireWait on a busy lock = %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	mustRelease(t, holder)
+	if err := rl.AcquireWait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := rl.cur
+	time.Sleep(100 * time.Millisecond) // past the wait timeout
+	rl.mu.Lock()
+	state := h.state
+	rl.mu.Unlock()
+	if state != renewing || isClosed(rl.Done()) {
+		t.Fatalf("the wait timeout ended the renewal: state %d, Done closed %v", state, isClosed(rl.Done()))
+	}
+	mustRelease(t, rl)
+	if err := NewRedisLock(FromGoRedis(c), "k", WithWaitTimeout(0)).AcquireWait(context.Background()); !errors.Is(err, ErrInvalidExpiry) {
+		t.Fatalf("WithWaitTimeout(0): %v", err)
+	}
+}
+
+// The "redislock:" prefix is said once per message.
+func TestErrorPrefixOnce(t *testing.T) {
+	for _, reply := range []any{"garbage", int64(-7), []any{"OK"}} {
+		rl := NewRedisLock(replyStore{reply: reply}, "k")
+		_, err := rl.Acquire()
+		if !errors.Is(err, ErrUnexpectedReply) || strings.Count(err.Error(), "redislock: ") != 1 {
+			t.Errorf("reply %v: error %q", reply, err)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zeromicro/go-zero/core/logx"
+)
+
+// holdState is where a hold is in its life.
+type holdState int
+
+const (
+	// renewing: the hold is live, and the watchdog (if any) renews it.
+	renewing holdState = iota
+	// expiring: the holding context ended; the hold is still live, nothing
+	// renews it any more, and it ends when its lease runs out (or at its
+	// Release, loss or maximum hold, whichever comes first).
+	expiring
+	// ended: Done is closed; err says why (nil after a release).
+	ended
+)
+
+// hold is one tenure of the lock, from a first acquisition to its end.
+type hold struct {
+	id      string
+	token   int64         // fencing token; 0 without WithFencing
+	lease   time.Duration // fixed for the hold's life
+	started time.Time     // when the first acquisition was sent
+	parent  context.Context
+	done    chan struct{} // closed when the hold ends
+	timer   timer         // fires at until: the lease ran out
+	wake    timer         // runs the watchdog when its next duty is due
+	unbind  func() bool   // stops the context.AfterFunc on parent
+
+	// Guarded by RedisLock.mu.
+	state   holdState
+	err     error     // why it ended; nil while live and after a release
+	count   int       // acquisitions not yet released
+	until   time.Time // when the lease ends by our own accounting
+	lastErr error     // the latest renewal failure, since the last success
+	run     chan struct{}
+	// run is non-nil while a run of the watchdog is under way, and closed
+	// when it is over.
+	renewCtx    context.Context    // bounds renewals: ends with parent or the hold
+	cancelRenew context.CancelFunc // nil until the watchdog first runs
+	life        context.Context    // made on demand (Do): ends with the hold
+	endLife     context.CancelCauseFunc
+
+	// Used by the watchdog's runs only, which never overlap.
+	nextRenew time.Time
+	failures  int // renewals failed in a row
+}
+
+// errReleased is the cause of a hold's life context after its release.
+var errReleased = errors.New("redislock: released")
+
+func (h *hold) live() bool { return h.state != ended }
+
+// startHold records a first acquisition of id, sent at sent, and starts the
+// timers of its lease, its watchdog and its holding context.
+func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) {
+	h := &hold{
+		id:      id,
+		token:   token,
+		lease:   lease,
+		started: sent,
+		parent:  ctx,
+		done:    make(chan struct{}),
+		count:   1,
+		until:   sent.Add(lease - drift(lease)),
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.cur = h
+	metricHeld.Inc()
+	now := rl.clock.Now()
+	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
+	if first := rl.firstDuty(h); !first.IsZero() {
+		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.watch(h) })
+	}
+	if ctx.Done() != nil {
+		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
+	}
+}
+
+// holdingContextEnded stops the renewal of h: the hold lasts out its lease.
+func (rl *RedisLock) holdingContextEnded(h *hold) {
+	rl.mu.Lock()
+	if h.state != renewing {
+		rl.mu.Unlock()
+		return
+	}
+	h.state = expiring
+	logx.Infof("redislock: holding context of %q (owner %s) ended, renewal stopped; the lock lasts out its lease: %v",
+		rl.key, h.id, context.Cause(h.parent))
+	rl.mu.Unlock()
+	rl.watch(h) // stops renewing, and keeps the maximum hold if one is due
+}
+
+// endLocked ends h once, with cause, and returns the cause it ended with.
+// The caller holds rl.mu.
+func (rl *RedisLock) endLocked(h *hold, cause error) error {
+	if !h.live() {
+		return h.err
+	}
+	rl.closeLocked(h, cause)
+	rl.countEnd(h, cause)
+	switch {
+	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
+	case cause != nil: // the holding context ended, then the lease ran out
+		logx.Infof("redislock: hold of %q (owner %s) lasted out its lease after its context ended: %v", rl.key, h.id, cause)
+	}
+	return cause
+}
+
+// closeLocked moves h to ended with cause and stops everything that would
+// run for it; the caller counts the end. The caller holds rl.mu.
+func (rl *RedisLock) closeLocked(h *hold, cause error) {
+	h.state, h.err = ended, cause
+	h.timer.Stop()
+	if h.wake != nil {
+		h.wake.Stop()
+	}
+	if h.unbind != nil {
+		h.unbind()
+	}
+	if h.cancelRenew != nil {
+		h.cancelRenew()
+	}
+	if h.endLife != nil {
+		h.endLife(cmpOr(cause, errReleased))
+	}
+	close(h.done)
+}
+
+func cmpOr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// extendedLocked records a successful re-entry or renewal sent at sent.
+// The caller holds rl.mu.
+func (rl *RedisLock) extendedLocked(h *hold, sent time.Time) {
+	if until := sent.Add(h.lease - drift(h.lease)); until.After(h.until) {
+		h.until = until
+	}
+	h.lastErr = nil
+}
+
+// leaseRanOut runs when h's lease may have run out by our own accounting.
+func (rl *RedisLock) leaseRanOut(h *hold) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if !h.live() {
+		return
+	}
+	if left := h.until.Sub(rl.clock.Now()); left > 0 {
+		h.timer.Reset(left) // renewed in the meantime
+		return
+	}
+	var err error
+	switch {
+	case h.state == expiring: // as asked: the holding context stopped renewal
+		err = context.Cause(h.parent)
+	case h.lastErr != nil:
+		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, h.lastErr)
+	case rl.watchdog:
+		err = fmt.Errorf("%w: %q: %w before a renewal got through", ErrLockLost, rl.key, errLeaseRanOut)
+	default:
+		err = fmt.Errorf("%w: %q: %w: %v (no watchdog)", ErrLockLost, rl.key, errLeaseRanOut, h.lease)
+	}
+	rl.endLocked(h, err)
+}
+
+// lifeOf returns a context that ends with h, its cause being why h ended
+// (errReleased after a release).
+func (rl *RedisLock) lifeOf(h *hold) context.Context {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h.life == nil {
+		h.life, h.endLife = context.WithCancelCause(context.Background())
+		if !h.live() {
+			h.endLife(cmpOr(h.err, errReleased))
+		}
+	}
+	return h.life
+}
+
+func (rl *RedisLock) lostErr(why string) error {
+	return fmt.Errorf("%w: %q: %s", ErrLockLost, rl.key, why)
+}
