@@ -1,7 +1,7 @@
 -- acquire.lua: take the lock when it is free (a first acquisition).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  its release marker (see release.lua)
+-- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
 -- KEYS[3]  optional: its fencing counter (same hash slot, no TTL)
 -- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
 -- ARGV[2]  the lease in milliseconds
@@ -16,12 +16,12 @@
 --        Otherwise an integer: the holder's remaining lease in ms (PTTL),
 --        -1 when the key has no expiry, 0 for an attempt already given up.
 --        The error REDISLOCK_CORRUPT_COUNTER when KEYS[3] holds anything but
---        a non-negative integer: nothing was written.
+--        a decimal integer below 2^53: nothing was written.
 --
 -- Idempotent: a client that retries this call after losing its reply finds
 -- the key holding ARGV[1] and is told it took the lock, with the token it
--- minted. An attempt whose id was released (given up, see release.lua)
--- never takes the lock, should its call reach the server late.
+-- minted. An attempt that was given up (its id is in KEYS[2]) never takes
+-- the lock, should its call reach the server late.
 local owner = redis.pcall("GET", KEYS[1])
 if owner == ARGV[1] then
     redis.call("PEXPIRE", KEYS[1], ARGV[2])
@@ -33,7 +33,7 @@ end
 if owner then -- held by another owner (or not a string)
     return redis.call("PTTL", KEYS[1])
 end
-if redis.pcall("GET", KEYS[2]) == ARGV[1] then
+if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
     return 0
 end
 
@@ -41,10 +41,11 @@ local token
 if KEYS[3] then
     local last = redis.pcall("GET", KEYS[3])
     if last then
-        last = type(last) == "string" and tonumber(last)
-        if not last or last < 0 or last >= 2^53 or last ~= math.floor(last) then
+        if type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
+            or tonumber(last) >= 2^53 then
             return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[3] .. " is not a number")
         end
+        last = tonumber(last)
     end
     local now = redis.call("TIME")
     token = math.max((last or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))

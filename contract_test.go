@@ -187,14 +187,19 @@ func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
 		t.Fatal("the key stays held by the abandoned attempt's id")
 	}
 
-	// The late run: the attempt's id is released before its call arrives.
-	id := "late-attempt"
-	if _, err := FromGoRedis(c).ScriptRunCtx(context.Background(), releaseScript, rl.keys[:2], id, rl.channel, 10000); err != nil {
-		t.Fatal(err)
-	}
-	reply, err := FromGoRedis(c).ScriptRunCtx(context.Background(), acquireScript, rl.keys, id, 10000)
+	// The late run of an attempt given up: another owner takes and releases
+	// the lock in between (its release marker overwrites the last one), and
+	// then the attempt's call arrives. (Found by the black-box review.)
+	rl.abandon(context.Background(), "late-attempt", 10*time.Second)
+	other := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, other)
+	mustRelease(t, other)
+	reply, err := FromGoRedis(c).ScriptRunCtx(context.Background(), acquireScript, rl.acquireKeys, "late-attempt", 10000)
 	if err != nil || mr.Exists("k") {
 		t.Fatalf("late acquisition: %v, %v; key exists %v", reply, err, mr.Exists("k"))
+	}
+	if ttl := mr.TTL(relatedName("k", "abandoned")); ttl < abandonedFor {
+		t.Fatalf("abandoned attempts remembered for %v, want at least %v", ttl, abandonedFor)
 	}
 	mustAcquire(t, rl)
 	mustRelease(t, rl)
@@ -227,6 +232,11 @@ func TestCorruptFencingCounterLeavesNoOrphan(t *testing.T) {
 		"negative": func(c *redis.Client, k string) { c.Set(context.Background(), k, "-5", 0) },
 		"fraction": func(c *redis.Client, k string) { c.Set(context.Background(), k, "1.5", 0) },
 		"huge":     func(c *redis.Client, k string) { c.Set(context.Background(), k, "1e400", 0) },
+		"exponent": func(c *redis.Client, k string) { c.Set(context.Background(), k, "1e3", 0) },
+		"spaces":   func(c *redis.Client, k string) { c.Set(context.Background(), k, " 12", 0) },
+		"hex":      func(c *redis.Client, k string) { c.Set(context.Background(), k, "0x10", 0) },
+		"minus0":   func(c *redis.Client, k string) { c.Set(context.Background(), k, "-0", 0) },
+		"2^53":     func(c *redis.Client, k string) { c.Set(context.Background(), k, "9007199254740992", 0) },
 		"hash":     func(c *redis.Client, k string) { c.HSet(context.Background(), k, "f", "v") },
 	}
 	srv := redisserver.Start(t)
@@ -613,5 +623,51 @@ func TestErrorPrefixOnce(t *testing.T) {
 		if !errors.Is(err, ErrUnexpectedReply) || strings.Count(err.Error(), "redislock: ") != 1 {
 			t.Errorf("reply %v: error %q", reply, err)
 		}
+	}
+}
+
+// Found by the black-box review: a re-entry in flight while a ReleaseCtx
+// with an ended context gives back the last acquisition (no round trip, so
+// it does not wait its turn). The re-entry's PEXPIRE must not leave the key
+// to outlive its lease for nobody, nor may it return an error no exported
+// error matches: the release came first, so it makes a first acquisition.
+func TestReentryRacingReleaseWithEndedContext(t *testing.T) {
+	mr, c := newMini(t)
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var extends atomic.Int64
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		reply, err := FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+		if script == extendScript && extends.Add(1) == 1 {
+			close(entered)
+			<-unblock // the PEXPIRE ran; its reply is slow
+		}
+		return reply, err
+	})
+	rl := NewRedisLock(store, "k", WithoutWatchdog())
+	mustAcquire(t, rl)
+	first := holderID(rl)
+	type result struct {
+		ok  bool
+		err error
+	}
+	reentered := make(chan result, 1)
+	go func() { ok, err := rl.Acquire(); reentered <- result{ok, err} }()
+	<-entered
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if ok, err := rl.ReleaseCtx(ended); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ReleaseCtx(ended) = %v, %v", ok, err)
+	}
+	close(unblock)
+	r := <-reentered
+	if !r.ok || r.err != nil {
+		t.Fatalf("Acquire racing the release = %v, %v; want a first acquisition", r.ok, r.err)
+	}
+	if v, _ := mr.Get("k"); v == first || v != holderID(rl) || rl.Holds() != 1 {
+		t.Fatalf("key %q (first hold %q, now %q), Holds %d", v, first, holderID(rl), rl.Holds())
+	}
+	mustRelease(t, rl)
+	if mr.Exists("k") {
+		t.Fatal("key left behind")
 	}
 }

@@ -26,9 +26,9 @@ var (
 	// duration given to an option.
 	ErrInvalidExpiry = errors.New("redislock: invalid expiry")
 	// ErrCorruptFencingCounter reports that a fenced acquisition found its
-	// fencing counter holding something other than a non-negative integer
-	// (someone else wrote it): nothing was changed, and the lock was not
-	// taken.
+	// fencing counter holding something other than a decimal integer in
+	// [0, 2^53) (someone else wrote it): nothing was changed, and the lock
+	// was not taken.
 	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
 	// ErrNilFunc reports a nil function given to Do.
 	ErrNilFunc = errors.New("redislock: nil function")

@@ -657,3 +657,55 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 		Runs:      runs, Faults: px.replyDrops.Load(), Violations: violations,
 	})
 }
+
+// Found by the black-box review: an acquisition stalled in the network past
+// its caller's timeout is given up, and its call reaches the server late,
+// after another owner took and released the lock. It must not take the lock
+// for an id nobody has. Counted in case 8.
+func TestFaultLateAcquisitionTakesNothing(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	slow := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = slow.Close() })
+	ctx := context.Background()
+	var runs, violations int64
+	for round := range 3 {
+		key := fmt.Sprintf("late:%d", round)
+		a := NewRedisLock(FromGoRedis(slow), key, WithExpiry(5*time.Second))
+		b := NewRedisLock(FromGoRedis(admin), key)
+		mustAcquire(t, a) // loads the script and pools a connection
+		mustRelease(t, a)
+
+		px.stallNext.Store(int64(300 * time.Millisecond))
+		stalled := px.stalled.Load()
+		actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		ok, err := a.AcquireCtx(actx)
+		cancel()
+		if ok || err == nil {
+			t.Fatalf("round %d: the stalled acquisition = %v, %v; want a timeout", round, ok, err)
+		}
+		mustAcquire(t, b) // another owner, while a's call is still in the network
+		mustRelease(t, b)
+		waitFor(t, 10*time.Second, "the stalled call delivered", func() bool { return px.stalled.Load() > stalled })
+		time.Sleep(50 * time.Millisecond) // the server runs it
+		runs++
+		if v := admin.Get(ctx, key).Val(); v != "" {
+			violations++
+			t.Errorf("round %d: the late acquisition took the lock for %q", round, v)
+		}
+		c := NewRedisLock(FromGoRedis(admin), key)
+		if ok, err := c.Acquire(); !ok || err != nil {
+			violations++
+			t.Errorf("round %d: a third owner is shut out: %v, %v", round, ok, err)
+		} else {
+			mustRelease(t, c)
+		}
+	}
+	recordFault(t, faultRow{
+		Case:      "8b. acquisition reaching the server after it was given up",
+		Injection: "the proxy holds an acquisition 300 ms past its caller's 50 ms timeout; another owner takes and releases the lock meanwhile",
+		Promise:   "the late acquisition takes nothing; the next owner acquires",
+		Runs:      runs, Faults: runs, Violations: violations,
+	})
+}

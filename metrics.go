@@ -26,7 +26,7 @@ var (
 	})
 	metricHold = metric.NewHistogramVec(&metric.HistogramVecOpts{
 		Namespace: "redislock", Name: "hold_duration_seconds",
-		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, context.",
+		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, context (the lease ran out after the holding context ended).",
 		Labels:  []string{"end"},
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
 	})

@@ -22,7 +22,11 @@ type faultProxy struct {
 	// the command, the client never hears of it.
 	dropReplies atomic.Int64
 	replyDrops  atomic.Int64 // replies dropped so
-	faults      atomic.Int64 // chunks delayed, connections dropped or cut
+	// stallNext, when set, holds the next chunk a client sends for that
+	// long (ns) before the server gets it; stalled counts those delivered.
+	stallNext atomic.Int64
+	stalled   atomic.Int64
+	faults    atomic.Int64 // chunks delayed, connections dropped or cut
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -74,6 +78,19 @@ func (p *faultProxy) pipe(dst, src net.Conn, toClient bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if d := p.takeStall(toClient); d > 0 {
+				p.faults.Add(1)
+				select {
+				case <-time.After(d):
+				case <-p.closing:
+					return
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+				p.stalled.Add(1)
+				continue
+			}
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				p.faults.Add(1)
 				select {
@@ -126,4 +143,12 @@ func (p *faultProxy) close() {
 	p.ln.Close()
 	p.cutAll()
 	p.wg.Wait()
+}
+
+// takeStall returns the stall armed for the next chunk a client sends, once.
+func (p *faultProxy) takeStall(toClient bool) time.Duration {
+	if toClient || p.stallNext.Load() == 0 {
+		return 0
+	}
+	return time.Duration(p.stallNext.Swap(0))
 }

@@ -55,7 +55,8 @@ type RedisLock struct {
 	store       Scripter
 	evaler      Evaler // store, when it has EvalCtx
 	key         string
-	keys        []string // key, release marker[, fencing counter]: acquire and release
+	acquireKeys []string // key, abandoned attempts[, fencing counter]
+	releaseKeys []string // key, release marker, abandoned attempts
 	err         error    // bad construction, reported by every call
 	expiry      atomic.Int64
 	maxHold     time.Duration
@@ -92,14 +93,16 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if g, ok := store.(goRedis); ok && !o.pubsubSet {
 		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
-	keys := []string{key, relatedName(key, "last-release")}
+	abandoned := relatedName(key, "abandoned")
+	acquireKeys := []string{key, abandoned}
 	if o.fencing {
-		keys = append(keys, relatedName(key, "fence"))
+		acquireKeys = append(acquireKeys, relatedName(key, "fence"))
 	}
 	rl := &RedisLock{
 		store:       store,
 		key:         key,
-		keys:        keys,
+		acquireKeys: acquireKeys,
+		releaseKeys: []string{key, relatedName(key, "last-release"), abandoned},
 		maxHold:     o.maxHold,
 		waitTimeout: o.waitTimeout,
 		watchdog:    o.watchdog,
@@ -251,7 +254,7 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.clock.Now()
-	reply, err := rl.run(ctx, acquireScript, rl.keys, id, lease.Milliseconds())
+	reply, err := rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds())
 	var token int64
 	var pttl time.Duration
 	if err == nil {
@@ -261,15 +264,16 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 	case err != nil:
 		if ambiguous(err) {
 			// The script may have run, its reply lost: the key may hold
-			// this attempt's id, which nobody else has. Give it back.
-			rl.releaseQuietly(ctx, id, lease)
+			// this attempt's id, which nobody else has; or it may run
+			// later. Give the id back, for good.
+			rl.abandon(ctx, id, lease)
 		}
 		return false, 0, opErr("acquire", rl.key, err)
 	case token < 0:
 		return false, pttl, nil // held by another owner
 	case ctx.Err() != nil:
 		// The caller gave up while the lock was being taken: give it back.
-		rl.releaseQuietly(ctx, id, lease)
+		rl.abandon(ctx, id, lease)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
 	rl.startHold(ctx, id, token, lease, sent)
@@ -290,16 +294,23 @@ func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 		return false, err
 	}
 	if !h.live() {
-		// The hold ended while we were extending it (released by another
-		// goroutine, lease ran out, maximum hold): the key we just
-		// extended is no longer ours to keep.
+		// The hold ended while we were extending it: its lease ran out, its
+		// maximum hold came, or its last acquisition was given back by a
+		// ReleaseCtx with an ended context (no round trip, so no turn to
+		// wait for). The key we just extended is no longer ours to keep.
 		err := h.err
-		released := err == nil
 		rl.mu.Unlock()
-		if !released {
-			rl.releaseQuietly(ctx, h.id, h.lease)
+		rl.releaseQuietly(ctx, h.id, h.lease)
+		if err != nil {
+			return false, err
 		}
-		return false, cmpOr(err, opErr("re-enter", rl.key, errReleased))
+		// Released: the release came first, so this is a first acquisition.
+		lease := time.Duration(rl.expiry.Load())
+		if err := validExpiry(lease); err != nil {
+			return false, err
+		}
+		ok, _, err := rl.acquire(ctx, lease)
+		return ok, err
 	}
 	h.count++
 	rl.extendedLocked(h, sent)
@@ -358,7 +369,7 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 		}
 		return endErr == nil, endErr
 	}
-	deleted, err := rl.release(ctx, h.id, h.lease)
+	deleted, err := rl.release(ctx, h.id, h.lease, 0)
 	switch {
 	case err != nil:
 		rl.countEnd(h, nil)
@@ -426,7 +437,7 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if !live {
 		return 0, ErrNotHeld
 	}
-	ms, err := rl.runInt(ctx, ttlScript, rl.keys[:1], h.id)
+	ms, err := rl.runInt(ctx, ttlScript, rl.acquireKeys[:1], h.id)
 	switch {
 	case err != nil:
 		return 0, opErr("ttl", rl.key, err)
@@ -515,12 +526,28 @@ func (rl *RedisLock) Err() error {
 	return rl.cur.err
 }
 
-// releaseQuietly deletes the key if id still owns it, for a hold or attempt
-// that is over already, within selfReleaseTimeout, and logs a failure.
+// releaseQuietly deletes the key if id still owns it, for a hold that is
+// over already, within selfReleaseTimeout, and logs a failure.
 func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
+	rl.giveBackID(ctx, id, lease, 0)
+}
+
+// abandonedFor is how long an attempt given up is remembered, so that a late
+// run of it cannot take the lock: a lease, and at least this long.
+const abandonedFor = time.Minute
+
+// abandon gives back the id of an acquisition attempt that failed or was
+// given up while it may have run, or may still run: its key is released if
+// it took it, and a late run of it will not take the lock for at least
+// abandonedFor (or its lease, if longer).
+func (rl *RedisLock) abandon(ctx context.Context, id string, lease time.Duration) {
+	rl.giveBackID(ctx, id, lease, max(lease, abandonedFor))
+}
+
+func (rl *RedisLock) giveBackID(ctx context.Context, id string, lease, abandon time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
 	defer cancel()
-	if _, err := rl.release(ctx, id, lease); err != nil {
+	if _, err := rl.release(ctx, id, lease, abandon); err != nil {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %v", rl.key, id, err)
 	}
 }

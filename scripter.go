@@ -86,7 +86,7 @@ func (rl *RedisLock) run(ctx context.Context, script *redis.Script, keys []strin
 	}
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
-		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, rl.keys[len(rl.keys)-1])
+		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, rl.acquireKeys[len(rl.acquireKeys)-1])
 	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	}
@@ -100,7 +100,7 @@ const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER"
 // parseAcquire reads the reply of acquire.lua: the fencing token (0 when
 // not fenced) of a taken lock, or -1 and the holder's PTTL.
 func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
-	fenced := len(rl.keys) > 2
+	fenced := len(rl.acquireKeys) > 2
 	switch v := reply.(type) {
 	case int64:
 		if v < -1 {
@@ -137,7 +137,7 @@ func (rl *RedisLock) runInt(ctx context.Context, script *redis.Script, keys []st
 // extend verifies that id owns the key and refreshes its lease. It reports
 // false, nil when the key does not hold id: a definite loss.
 func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	n, err := rl.runInt(ctx, extendScript, rl.keys[:1], id, lease.Milliseconds())
+	n, err := rl.runInt(ctx, extendScript, rl.acquireKeys[:1], id, lease.Milliseconds())
 	switch {
 	case err != nil:
 		return false, err
@@ -151,10 +151,10 @@ func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration)
 // when a release of id had already done so (this call is a client's retry
 // of one whose reply was lost). It reports false, nil when the key is gone
 // or taken and no release of id ran: a loss. The release is remembered for
-// a lease (or for an attempt that was given up, its key kept from being
-// taken by a late run of that attempt).
-func (rl *RedisLock) release(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	n, err := rl.runInt(ctx, releaseScript, rl.keys[:2], id, rl.channel, lease.Milliseconds())
+// a lease. With abandon > 0, id is an attempt given up: it is remembered
+// for that long, and a late run of it will not take the lock.
+func (rl *RedisLock) release(ctx context.Context, id string, lease, abandon time.Duration) (bool, error) {
+	n, err := rl.runInt(ctx, releaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds())
 	switch {
 	case err != nil:
 		return false, err

@@ -4,13 +4,14 @@
 //	redislock status [flags] KEY
 //	redislock demo [-addr host:port]
 //
-// run holds KEY while COMMAND runs, like flock across machines: see
+// run holds KEY while COMMAND runs (under Do), like flock across machines: see
 // "redislock run -h" for its flags and exit statuses. status tells whether
 // KEY is held, for how long still, and by which owner id.
 //
 // demo shows what the library does, narrated, in about 20 seconds: workers
 // contending for one lock, a nested re-entry, a long job kept alive by the
-// watchdog, a lost lease reported to its holder, and the maximum hold. With
+// watchdog, a lost lease reported to its holder, the maximum hold, and a
+// shutdown under Do beside a request context that stops the renewal. With
 // -addr it uses that Redis (keys under "redislock-demo:"); without, an
 // embedded miniredis whose clock follows real time.
 package main

@@ -103,7 +103,7 @@ func runCmd(args []string, stderr io.Writer) int {
 
 	client, err := conn.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "redislock: %v\n", err)
+		complain(stderr, err)
 		return exitUsage
 	}
 	defer client.Close()
@@ -181,13 +181,13 @@ func (r *runner) run() int {
 		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
 		return exitBusy
 	case !ran && isEnd(err):
-		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		complain(r.stderr, err)
 		return exitLost
 	case !ran:
-		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		complain(r.stderr, err)
 		return unavailableOrUsage(err)
 	case err != nil && !isEnd(err) && r.code != exitCannotExec && r.code != exitNotFound:
-		fmt.Fprintf(r.stderr, "redislock: releasing %q: %v (it expires with its lease)\n", key, err)
+		fmt.Fprintf(r.stderr, "redislock: releasing %q: %s (it expires with its lease)\n", key, unprefixed(err))
 	}
 	return r.code
 }
@@ -217,7 +217,7 @@ func (r *runner) runCommand(ctx context.Context) error {
 			r.code = exitNotFound
 		}
 		r.mu.Unlock()
-		fmt.Fprintf(r.stderr, "redislock: %v\n", err)
+		complain(r.stderr, err)
 		return err
 	}
 	r.child = child.Process
@@ -231,7 +231,7 @@ func (r *runner) runCommand(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	fmt.Fprintf(r.stderr, "redislock: %v; stopping %s\n", context.Cause(ctx), r.command[0])
+	fmt.Fprintf(r.stderr, "redislock: %s; stopping %s\n", unprefixed(context.Cause(ctx)), r.command[0])
 	_ = child.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
@@ -291,7 +291,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	key := fs.Arg(0)
 	client, err := conn.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "redislock: %v\n", err)
+		complain(stderr, err)
 		return exitUsage
 	}
 	defer client.Close()
@@ -303,12 +303,12 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "redislock: %v\n", err)
+		complain(stderr, err)
 		return exitUnavailable
 	}
 	ttl, err := client.PTTL(ctx, key).Result()
 	if err != nil {
-		fmt.Fprintf(stderr, "redislock: %v\n", err)
+		complain(stderr, err)
 		return exitUnavailable
 	}
 	left := "no expiry"
@@ -317,4 +317,14 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: held by %s, %s\n", key, owner, left)
 	return 0
+}
+
+// complain prints err on stderr, saying "redislock:" once.
+func complain(stderr io.Writer, err error) {
+	fmt.Fprintf(stderr, "redislock: %s\n", unprefixed(err))
+}
+
+// unprefixed is err's message without the "redislock: " it may start with.
+func unprefixed(err error) string {
+	return strings.TrimPrefix(err.Error(), "redislock: ")
 }

@@ -221,6 +221,7 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		args []string
 		want int
 	}{
+		{[]string{"run", "-addr", srv.Addr, "-ttl", "0", "k", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "k"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "-ttl", "-1s", "k", "--", "true"}, exitUsage},
@@ -237,6 +238,9 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		out.Reset()
 		if code := run(tc.args, &out, &out); code != tc.want {
 			t.Errorf("%v: exit %d, want %d: %s", tc.args, code, tc.want, out.String())
+		}
+		if strings.Contains(out.String(), "redislock: redislock:") { // found by the black-box review
+			t.Errorf("%v: the prefix twice: %s", tc.args, out.String())
 		}
 	}
 	if n := srv.Client(t).Exists(context.Background(), "k").Val(); n != 0 {
