@@ -22,17 +22,6 @@
 -- the key holding ARGV[1] and is told it took the lock, with the token it
 -- minted. An attempt that was given up (its id is in KEYS[2]) never takes
 -- the lock, should its call reach the server late.
-local owner = redis.pcall("GET", KEYS[1])
-if owner == ARGV[1] then
-    redis.call("PEXPIRE", KEYS[1], ARGV[2])
-    if KEYS[3] then
-        return {"OK", tonumber(redis.call("GET", KEYS[3]))}
-    end
-    return "OK"
-end
-if owner then -- held by another owner (or not a string)
-    return redis.call("PTTL", KEYS[1])
-end
 if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
     return 0
 end
@@ -50,9 +39,18 @@ if KEYS[3] then
     local now = redis.call("TIME")
     token = math.max((last or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 end
-redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-if token then
-    redis.call("SET", KEYS[3], string.format("%.0f", token))
-    return {"OK", token}
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+    if token then
+        redis.call("SET", KEYS[3], string.format("%.0f", token))
+        return {"OK", token}
+    end
+    return "OK"
 end
-return "OK"
+if redis.pcall("GET", KEYS[1]) == ARGV[1] then -- a retry of this very call
+    redis.call("PEXPIRE", KEYS[1], ARGV[2])
+    if KEYS[3] then
+        return {"OK", tonumber(redis.call("GET", KEYS[3]))}
+    end
+    return "OK"
+end
+return redis.call("PTTL", KEYS[1]) -- held by another owner (or not a string)
