@@ -636,11 +636,18 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 				violate("%s: after release, key exists %d, Err %v", key, admin.Exists(ctx, key).Val(), rl.Err())
 			}
 
-			renewed := NewRedisLock(store, key+":renewed", WithExpiry(300*time.Millisecond))
+			// A lease long enough for the client's reconnect and retry under
+			// -race on a loaded machine: the promise is about the lost reply,
+			// not about how fast a retry gets through.
+			spied := newSpy(store)
+			renewed := NewRedisLock(spied, key+":renewed", WithExpiry(1500*time.Millisecond))
 			mustAcquire(t, renewed)
 			dropped("renewal", func() {
 				waitFor(t, 10*time.Second, "a renewal's reply dropped", func() bool { return px.dropReplies.Load() <= 0 })
-				time.Sleep(400 * time.Millisecond) // more renewals after the dropped one
+				after := spied.count(extendScript)
+				waitFor(t, 10*time.Second, "two renewals after the dropped one", func() bool {
+					return spied.count(extendScript) >= after+2 || isClosed(renewed.Done())
+				})
 			})
 			if isClosed(renewed.Done()) || admin.Get(ctx, key+":renewed").Val() != holderID(renewed) {
 				violate("%s: renewal after a lost reply lost the lock: %v", key, renewed.Err())
