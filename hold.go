@@ -60,8 +60,9 @@ var errReleased = errors.New("redislock: released")
 func (h *hold) live() bool { return h.state != ended }
 
 // startHold records a first acquisition of id, sent at sent, and starts the
-// timers of its lease, its watchdog and its holding context.
-func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) {
+// timers of its lease, its watchdog and its holding context. It reports
+// false, and records nothing, when the lock's Locker is closed.
+func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) bool {
 	h := &hold{
 		id:      id,
 		token:   token,
@@ -74,6 +75,9 @@ func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, leas
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
+	if rl.locker != nil && !rl.locker.track(rl, h) {
+		return false
+	}
 	rl.cur = h
 	metricHeld.Inc()
 	now := rl.clock.Now()
@@ -84,6 +88,7 @@ func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, leas
 	if ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
 	}
+	return true
 }
 
 // holdingContextEnded stops the renewal of h: the hold lasts out its lease.
@@ -121,6 +126,9 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 // run for it; the caller counts the end. The caller holds rl.mu.
 func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	h.state, h.err = ended, cause
+	if rl.locker != nil {
+		rl.locker.forget(h)
+	}
 	h.timer.Stop()
 	if h.wake != nil {
 		h.wake.Stop()

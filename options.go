@@ -29,6 +29,7 @@ type options struct {
 	err      error
 
 	waitTimeout time.Duration
+	prefix      string
 
 	retry     RetryStrategy
 	pubsub    Subscriber
@@ -95,6 +96,15 @@ func WithWaitTimeout(d time.Duration) Option {
 		}
 		o.waitTimeout = d
 	}
+}
+
+// WithPrefix puts the lock's key in a namespace: its Redis key is prefix
+// followed by the key given (Key returns it whole). Given to NewLocker, it
+// namespaces every lock of that Locker, so that a "billing:" Locker and a
+// "shipping:" Locker never collide on "invoice:1". The last WithPrefix
+// given wins; a lock's own overrides its Locker's.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
 }
 
 // validExpiry checks a lease.

@@ -66,6 +66,7 @@ type RedisLock struct {
 	retry       RetryStrategy
 	pubsub      Subscriber // nil: no wake-ups
 	channel     string     // where releases are published
+	locker      *Locker    // nil for a lock of NewRedisLock
 
 	// op is a token that serializes the calls that talk to Redis; a call
 	// waits for it within its context.
@@ -93,6 +94,8 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if g, ok := store.(goRedis); ok && !o.pubsubSet {
 		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
+	name := key
+	key = o.prefix + key
 	abandoned := relatedName(key, "abandoned")
 	acquireKeys := []string{key, abandoned}
 	if o.fencing {
@@ -115,7 +118,7 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	switch {
 	case isNil(store):
 		rl.err = ErrNilStore
-	case key == "":
+	case name == "":
 		rl.err = ErrEmptyKey
 	case len(key) > MaxKeyLen:
 		rl.err = fmt.Errorf("%w: %d bytes (at most %d)", ErrKeyTooLong, len(key), MaxKeyLen)
@@ -234,12 +237,19 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 			countAcquire(true, false, err)
 			return false, 0, err
 		}
+		if rl.lockerClosed() {
+			rl.mu.Unlock()
+			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
+		}
 		rl.mu.Unlock()
 		ok, err := rl.reenter(ctx, h)
 		countAcquire(true, ok, err)
 		return ok, 0, err
 	}
 	rl.mu.Unlock()
+	if rl.lockerClosed() {
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
 
 	lease := time.Duration(rl.expiry.Load())
 	if err := validExpiry(lease); err != nil {
@@ -276,8 +286,16 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 		rl.abandon(ctx, id, lease)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-	rl.startHold(ctx, id, token, lease, sent)
+	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
+		rl.releaseQuietly(ctx, id, lease)
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
 	return true, 0, nil
+}
+
+// lockerClosed reports whether rl's Locker, if any, was closed.
+func (rl *RedisLock) lockerClosed() bool {
+	return rl.locker != nil && rl.locker.isClosed()
 }
 
 // reenter counts one more acquisition of a live hold. The caller holds rl.op.

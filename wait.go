@@ -84,6 +84,8 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			return err // lost (or the like) and not yet released: say so now
 		}
 		switch {
+		case rl.lockerClosed():
+			return opErr("wait for", rl.key, ErrLockerClosed)
 		case ctx.Err() != nil:
 			return rl.gaveUp(ctx)
 		case waitCtx.Err() != nil && !first:
@@ -143,6 +145,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		case <-waitCtx.Done():
 		case <-w.wake():
 		case <-rl.heldDone(): // a hold of this RedisLock (another goroutine's) ended
+		case <-rl.lockerDone():
 		case <-tick:
 			w.take()
 		}
@@ -203,4 +206,13 @@ func (rl *RedisLock) leaseOfHold() time.Duration {
 		return 0
 	}
 	return rl.cur.lease
+}
+
+// lockerDone returns the channel closed by Close of rl's Locker; nil when
+// rl has none.
+func (rl *RedisLock) lockerDone() <-chan struct{} {
+	if rl.locker == nil {
+		return nil
+	}
+	return rl.locker.closed
 }

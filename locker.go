@@ -1,0 +1,141 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrLockerClosed reports a call on a lock of a Locker that was closed, and
+// is why the holds it ended ended.
+var ErrLockerClosed = errors.New("redislock: locker closed")
+
+// A Locker makes the locks of one Redis client and owns what they share:
+// one set of defaults, a key namespace (WithPrefix), and their lifetime:
+// Close ends every hold still held. Make it with NewLocker; the zero value
+// is not usable. A Locker is safe for concurrent use.
+type Locker struct {
+	store Scripter
+	opts  []Option
+
+	mu     sync.Mutex
+	holds  map[*hold]*RedisLock // live holds of its locks
+	closed chan struct{}        // closed by Close
+}
+
+// NewLocker returns a Locker of store whose locks have opts as defaults.
+func NewLocker(store Scripter, opts ...Option) *Locker {
+	return &Locker{
+		store:  store,
+		opts:   opts,
+		holds:  map[*hold]*RedisLock{},
+		closed: make(chan struct{}),
+	}
+}
+
+// NewLock returns a lock on key, within the Locker's prefix. opts override
+// the Locker's defaults. As with NewRedisLock, invalid arguments are
+// reported by the first call that needs them.
+func (l *Locker) NewLock(key string, opts ...Option) *RedisLock {
+	if l == nil || l.closed == nil {
+		return NewRedisLock(nil, key) // reports ErrNilStore
+	}
+	all := make([]Option, 0, len(l.opts)+len(opts))
+	rl := NewRedisLock(l.store, key, append(append(all, l.opts...), opts...)...)
+	rl.locker = l
+	return rl
+}
+
+// lockerKey is the context key under which Do keeps the lock of a key.
+type lockerKey struct {
+	l   *Locker
+	key string
+}
+
+// Do runs fn while holding the lock on key, as RedisLock.Do does. fn's
+// context carries the lock, so a Do of the same Locker and key inside fn,
+// with fn's context or one derived from it, re-enters it instead of waiting
+// for itself; elsewhere, each call of Do makes a lock of its own.
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	k := lockerKey{l, key}
+	rl, ok := ctx.Value(k).(*RedisLock)
+	if !ok {
+		rl = l.NewLock(key)
+		ctx = context.WithValue(ctx, k, rl)
+	}
+	return rl.Do(ctx, fn)
+}
+
+// Close ends every hold still held by the Locker's locks: each ends with
+// ErrLockerClosed (Done closes, Err says so) before its key is released.
+// Waits of its locks give up, and their later acquisitions fail, with
+// ErrLockerClosed. It returns the errors of the releases that failed (those
+// keys expire with their leases). Closing a closed Locker does nothing.
+func (l *Locker) Close() error {
+	if l == nil || l.closed == nil {
+		return ErrNilStore
+	}
+	l.mu.Lock()
+	select {
+	case <-l.closed:
+		l.mu.Unlock()
+		return nil
+	default:
+	}
+	close(l.closed)
+	held := make(map[*hold]*RedisLock, len(l.holds))
+	for h, rl := range l.holds {
+		held[h] = rl
+	}
+	l.mu.Unlock()
+
+	var errs []error
+	for h, rl := range held {
+		rl.mu.Lock()
+		live := h.live()
+		rl.endLocked(h, ErrLockerClosed)
+		rl.mu.Unlock()
+		if !live {
+			continue
+		}
+		// A renewal under way is owner-checked: it cannot bring back or
+		// extend the key this deletes, so it is not waited for.
+		ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout)
+		if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+			errs = append(errs, opErr("release", rl.key, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// isClosed reports whether Close was called.
+func (l *Locker) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// track records a live hold of rl; false when the Locker is closed.
+func (l *Locker) track(rl *RedisLock, h *hold) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isClosed() {
+		return false
+	}
+	l.holds[h] = rl
+	return true
+}
+
+// forget drops a hold that ended.
+func (l *Locker) forget(h *hold) {
+	l.mu.Lock()
+	delete(l.holds, h)
+	l.mu.Unlock()
+}

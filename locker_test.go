@@ -1,0 +1,215 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+func TestLockerPrefixNamespaces(t *testing.T) {
+	mr, c := newMini(t)
+	billing := NewLocker(FromGoRedis(c), WithPrefix("billing:"))
+	shipping := NewLocker(FromGoRedis(c), WithPrefix("shipping:"))
+	b, s := billing.NewLock("invoice:1"), shipping.NewLock("invoice:1")
+	if b.Key() != "billing:invoice:1" || s.Key() != "shipping:invoice:1" {
+		t.Fatalf("keys %q and %q", b.Key(), s.Key())
+	}
+	mustAcquire(t, b)
+	mustAcquire(t, s) // different namespaces never collide
+	if v, _ := mr.Get("billing:invoice:1"); v != holderID(b) {
+		t.Fatalf("billing key holds %q", v)
+	}
+	plain := NewRedisLock(FromGoRedis(c), "billing:invoice:1")
+	if ok, err := plain.Acquire(); ok || err != nil {
+		t.Fatalf("a plain lock on the full key got %v, %v", ok, err)
+	}
+	mustRelease(t, b)
+	mustRelease(t, s)
+	if err := billing.NewLock("").AcquireWait(context.Background()); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("empty key under a prefix: %v", err)
+	}
+}
+
+func TestLockerDefaultsAndOverrides(t *testing.T) {
+	mr, c := newMini(t)
+	l := NewLocker(FromGoRedis(c), WithExpiry(2*time.Second), WithPrefix("a:"))
+	byDefault := l.NewLock("k1")
+	overridden := l.NewLock("k2", WithExpiry(5*time.Second), WithPrefix("b:"))
+	mustAcquire(t, byDefault)
+	mustAcquire(t, overridden)
+	if ttl := mr.TTL("a:k1"); ttl != 2*time.Second {
+		t.Errorf("default lease: TTL %v", ttl)
+	}
+	if ttl := mr.TTL("b:k2"); ttl != 5*time.Second {
+		t.Errorf("overridden lease and prefix: TTL of b:k2 %v", ttl)
+	}
+	mustRelease(t, byDefault)
+	mustRelease(t, overridden)
+}
+
+func TestLockerCloseEndsHoldsAndRefusesLater(t *testing.T) {
+	mr, c := newMini(t)
+	l := NewLocker(FromGoRedis(c))
+	a, b := l.NewLock("a"), l.NewLock("b")
+	mustAcquire(t, a)
+	mustAcquire(t, a) // re-entered
+	mustAcquire(t, b)
+	busy := NewRedisLock(FromGoRedis(c), "busy") // not the Locker's
+	mustAcquire(t, busy)
+	waiter := l.NewLock("busy")
+	waited := make(chan error, 1)
+	go func() { waited <- waiter.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "the waiter queued", func() bool { return waiter.othersWaiting() })
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, rl := range []*RedisLock{a, b} {
+		if !isClosed(rl.Done()) || !errors.Is(rl.Err(), ErrLockerClosed) || mr.Exists(rl.Key()) {
+			t.Fatalf("%s after Close: Done closed %v, Err %v, key exists %v", rl.Key(), isClosed(rl.Done()), rl.Err(), mr.Exists(rl.Key()))
+		}
+	}
+	if err := <-waited; !errors.Is(err, ErrLockerClosed) {
+		t.Fatalf("waiter: %v, want ErrLockerClosed", err)
+	}
+	if !mr.Exists("busy") || busy.Holds() != 1 {
+		t.Fatal("Close touched a lock that was not its own")
+	}
+	for range 2 {
+		if ok, err := a.Release(); ok || !errors.Is(err, ErrLockerClosed) {
+			t.Fatalf("Release after Close = %v, %v", ok, err)
+		}
+	}
+	if ok, err := a.Acquire(); ok || !errors.Is(err, ErrLockerClosed) {
+		t.Fatalf("Acquire after Close = %v, %v", ok, err)
+	}
+	if err := l.NewLock("fresh").Do(context.Background(), func(context.Context) error { return nil }); !errors.Is(err, ErrLockerClosed) {
+		t.Fatalf("Do after Close = %v", err)
+	}
+	if mr.Exists("fresh") {
+		t.Fatal("an acquisition after Close took the key")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	mustRelease(t, busy)
+	requireNoHubs(t)
+}
+
+func TestLockerDoReentersThroughItsContext(t *testing.T) {
+	mr, c := newMini(t)
+	l := NewLocker(FromGoRedis(c), WithPrefix("svc:"))
+	err := l.Do(context.Background(), "order:9", func(ctx context.Context) error {
+		return l.Do(ctx, "order:9", func(ctx context.Context) error { // nested: re-enters
+			if !mr.Exists("svc:order:9") {
+				t.Error("not held inside the nested Do")
+			}
+			// An independent caller (no lock in its context) waits, and
+			// gives up here.
+			wctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			if err := l.Do(wctx, "order:9", func(context.Context) error { return nil }); !errors.Is(err, ErrNotAcquired) {
+				t.Errorf("independent Do = %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+	})
+	if err != nil || mr.Exists("svc:order:9") {
+		t.Fatalf("Do = %v; key exists after %v", err, mr.Exists("svc:order:9"))
+	}
+	if err := l.Do(nilCtx(), "k", func(context.Context) error { return nil }); !errors.Is(err, ErrNilContext) {
+		t.Fatalf("Do(nil ctx) = %v", err)
+	}
+	requireNoHubs(t)
+}
+
+func TestZeroAndNilLocker(t *testing.T) {
+	var zero Locker
+	var none *Locker
+	for name, l := range map[string]*Locker{"zero": &zero, "nil": none, "nil store": NewLocker(nil)} {
+		if _, err := l.NewLock("k").Acquire(); !errors.Is(err, ErrNilStore) {
+			t.Errorf("%s Locker: Acquire = %v, want ErrNilStore", name, err)
+		}
+		if err := l.Do(context.Background(), "k", func(context.Context) error { return nil }); !errors.Is(err, ErrNilStore) {
+			t.Errorf("%s Locker: Do = %v, want ErrNilStore", name, err)
+		}
+	}
+	if err := zero.Close(); !errors.Is(err, ErrNilStore) {
+		t.Errorf("zero Close = %v", err)
+	}
+	if err := none.Close(); !errors.Is(err, ErrNilStore) {
+		t.Errorf("nil Close = %v", err)
+	}
+}
+
+// Close while 32 goroutines run Do on 8 keys through a real redis-server:
+// no two holders of a key inside at once, every call ends with its work's
+// nil or ErrLockerClosed, and Close leaves no lock key behind.
+func TestLockerCloseUnderLoad(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	l := NewLocker(FromGoRedis(c), WithPrefix("load:"), WithExpiry(time.Second))
+	var inside [8]atomic.Int64
+	var overlaps, done, closedErrs atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := g % 8
+			for {
+				err := l.Do(context.Background(), fmt.Sprint(key), func(ctx context.Context) error {
+					if inside[key].Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					time.Sleep(200 * time.Microsecond)
+					inside[key].Add(-1)
+					done.Add(1)
+					return nil
+				})
+				switch {
+				case errors.Is(err, ErrLockerClosed):
+					closedErrs.Add(1)
+					return
+				case err != nil:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, "work under the locks", func() bool { return done.Load() > 200 })
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlaps", overlaps.Load())
+	}
+	if closedErrs.Load() != 32 {
+		t.Fatalf("%d of 32 goroutines ended with ErrLockerClosed", closedErrs.Load())
+	}
+	keys, err := c.Keys(context.Background(), "load:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.Contains(k, "redislock:") {
+			t.Errorf("lock key %q left after Close", k)
+		}
+	}
+	t.Logf("%d pieces of work before Close", done.Load())
+	requireNoHubs(t)
+}
