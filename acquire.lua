@@ -16,7 +16,8 @@
 --        Otherwise an integer: the holder's remaining lease in ms (PTTL),
 --        -1 when the key has no expiry, 0 for an attempt already given up.
 --        The error REDISLOCK_CORRUPT_COUNTER when KEYS[3] holds anything but
---        a decimal integer below 2^53: nothing was written.
+--        a decimal integer below 2^53 - 1 (so that every token minted is
+--        below 2^53, exact in Lua and in JSON): nothing was written.
 --
 -- Idempotent: a client that retries this call after losing its reply finds
 -- the key holding ARGV[1] and is told it took the lock, with the token it
@@ -31,7 +32,7 @@ if KEYS[3] then
     local last = redis.pcall("GET", KEYS[3])
     if last then
         if type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
-            or tonumber(last) >= 2^53 then
+            or tonumber(last) >= 2^53 - 1 then
             return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[3] .. " is not a number")
         end
         last = tonumber(last)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,12 +212,18 @@ func BenchmarkReentry(b *testing.B) {
 // renewal intervals and reports what that costs: Redis commands per renewal
 // interval, goroutines, heap and stack bytes per held lock. The watchdog
 // runs on timers, so a held lock should cost no goroutine between renewals.
+// BenchmarkHeldLocks holds 10,000 locks with a 3 s lease (renewed every
+// second) and measures, over four renewal intervals: renewals and round
+// trips (pipelines) per interval, the client's CPU per lock per second, the
+// server's CPU per renewal, and goroutines and heap per held lock.
 func BenchmarkHeldLocks(b *testing.B) {
-	const locks = 1000
-	const lease = 1500 * time.Millisecond
+	const locks = 10000
+	const lease = 3 * time.Second
 	interval := lease / 3
 	c := benchClient(b)
 	warmPool(b, c)
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
 		var before runtime.MemStats
@@ -231,16 +238,16 @@ func BenchmarkHeldLocks(b *testing.B) {
 			}
 		}
 
-		// After one renewal interval every watchdog has run; measure
-		// memory then, and count renewals over the next four intervals.
+		// After one renewal interval every hold has been renewed; measure
+		// memory then, and the work of the next four intervals.
 		time.Sleep(interval + interval/2)
 		runtime.GC()
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		g2 := runtime.NumGoroutine()
-		c0 := commandCalls(b, c, "evalsha")
+		c0, p0, srv0, cpu0 := commandCalls(b, c, "evalsha"), hook.pipelines.Load(), serverCPU(b, c), processCPU()
 		time.Sleep(4 * interval)
-		c1 := commandCalls(b, c, "evalsha")
+		c1, p1, srv1, cpu1 := commandCalls(b, c, "evalsha"), hook.pipelines.Load(), serverCPU(b, c), processCPU()
 
 		for _, rl := range held {
 			if isClosed(rl.Done()) {
@@ -250,11 +257,46 @@ func BenchmarkHeldLocks(b *testing.B) {
 				b.Fatal(ok, err)
 			}
 		}
-		b.ReportMetric(float64(c1-c0)/4, "evalsha/interval")
+		renewals := float64(c1 - c0)
+		seconds := (4 * interval).Seconds()
+		b.ReportMetric(renewals/4, "renewals/interval")
+		b.ReportMetric(float64(p1-p0)/4, "roundtrips/interval")
+		b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/locks/seconds, "client-µs/lock/s")
+		b.ReportMetric((srv1-srv0)*1e6/renewals, "server-µs/renewal")
 		b.ReportMetric(float64(g2-g0)/locks, "goroutines/lock")
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/locks, "heapB/lock")
-		b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/locks, "stackB/lock")
 	}
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU seconds (user and system) the server has used, from
+// INFO cpu.
+func serverCPU(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += f
+			}
+		}
+	}
+	return total
 }
 
 // warmPool grows the client's connection pool to its full size, so that the

@@ -671,3 +671,87 @@ func TestReentryRacingReleaseWithEndedContext(t *testing.T) {
 		t.Fatal("key left behind")
 	}
 }
+
+// Found by the second black-box review: a renewal in the network when a
+// ReleaseCtx with an ended context gave the hold back (no round trip) got
+// through and kept the key for a new lease, for nobody. The watchdog now
+// undoes it.
+func TestRenewalAfterReleaseWithoutRoundTripIsUndone(t *testing.T) {
+	mr, c := newMini(t)
+	clk := newFakeClock()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var extends atomic.Int64
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == extendScript && extends.Add(1) == 1 {
+			close(entered)
+			<-unblock
+			ctx = context.WithoutCancel(ctx) // it gets through all the same
+		}
+		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+	})
+	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
+	mustAcquire(t, rl)
+	h := rl.cur
+	clk.Advance(time.Second)
+	<-entered
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := rl.ReleaseCtx(ended); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	close(unblock)
+	for watchRunning(rl, h) {
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "the stray renewal undone", func() bool { return !mr.Exists("k") })
+}
+
+// Found by the second black-box review: the script minted 2^53 from a
+// counter of 2^53-1 and then refused its own counter for ever. No token
+// reaches 2^53; a used-up counter is reported, never overflowed.
+func TestFencingTokensStayBelow2p53(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k", WithFencing())
+	counter := relatedName("k", "fence")
+	mr.Set(counter, "9007199254740990")
+	mustAcquire(t, rl)
+	if rl.Token() != 9007199254740991 {
+		t.Fatalf("token %d, want 2^53-1", rl.Token())
+	}
+	mustRelease(t, rl)
+	if ok, err := rl.Acquire(); ok || !errors.Is(err, ErrCorruptFencingCounter) || mr.Exists("k") {
+		t.Fatalf("Acquire with a used-up counter = %v, %v; key exists %v", ok, err, mr.Exists("k"))
+	}
+}
+
+// Found by the second black-box review: errors of holds that ended by their
+// context or by Close lacked the prefix and the key.
+func TestHoldEndErrorsNameTheKey(t *testing.T) {
+	_, c := newMini(t)
+	clk := newFakeClock()
+	ctx, cancel := context.WithCancel(context.Background())
+	rl := NewRedisLock(FromGoRedis(c), "ctx-key", WithExpiry(time.Second), withClock(clk))
+	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	cancel()
+	waitState(t, rl, rl.cur, expiring)
+	clk.Advance(time.Second)
+	waitDone(t, rl.Done(), "lease ran out")
+	l := NewLocker(FromGoRedis(c))
+	closed := l.NewLock("closed-key")
+	mustAcquire(t, closed)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rl   *RedisLock
+		want error
+	}{{rl, context.Canceled}, {closed, ErrLockerClosed}} {
+		_, err := tc.rl.Release()
+		msg := fmt.Sprint(err)
+		if !errors.Is(err, tc.want) || strings.Count(msg, "redislock: ") != 1 || !strings.Contains(msg, tc.rl.Key()) {
+			t.Errorf("Release of %s = %q", tc.rl.Key(), msg)
+		}
+	}
+}

@@ -27,8 +27,8 @@ var (
 	ErrInvalidExpiry = errors.New("redislock: invalid expiry")
 	// ErrCorruptFencingCounter reports that a fenced acquisition found its
 	// fencing counter holding something other than a decimal integer in
-	// [0, 2^53) (someone else wrote it): nothing was changed, and the lock
-	// was not taken.
+	// [0, 2^53-1) (someone else wrote it, or it is used up): nothing was
+	// changed, and the lock was not taken.
 	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
 	// ErrNilFunc reports a nil function given to Do.
 	ErrNilFunc = errors.New("redislock: nil function")

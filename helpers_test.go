@@ -205,7 +205,7 @@ func mustRelease(t testing.TB, rl *RedisLock) {
 func watchRunning(rl *RedisLock, h *hold) bool {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	return h.run != nil
+	return h.renewal != nil
 }
 
 // scripterFunc is a Scripter made of a function.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
@@ -25,15 +26,17 @@ const (
 
 // hold is one tenure of the lock, from a first acquisition to its end.
 type hold struct {
-	id      string
-	token   int64         // fencing token; 0 without WithFencing
-	lease   time.Duration // fixed for the hold's life
-	started time.Time     // when the first acquisition was sent
-	parent  context.Context
-	done    chan struct{} // closed when the hold ends
-	timer   timer         // fires at until: the lease ran out
-	wake    timer         // runs the watchdog when its next duty is due
-	unbind  func() bool   // stops the context.AfterFunc on parent
+	id       string
+	token    int64         // fencing token; 0 without WithFencing
+	lease    time.Duration // fixed for the hold's life
+	started  time.Time     // when the first acquisition was sent
+	parent   context.Context
+	done     chan struct{} // closed when the hold ends
+	timer    timer         // fires at until: the lease ran out
+	wake     timer         // fires at the maximum hold; nil without one
+	unbind   func() bool   // stops the context.AfterFunc on parent
+	rl       *RedisLock
+	renewals *renewals // its scheduler; nil without the watchdog
 
 	// Guarded by RedisLock.mu.
 	state   holdState
@@ -41,17 +44,17 @@ type hold struct {
 	count   int       // acquisitions not yet released
 	until   time.Time // when the lease ends by our own accounting
 	lastErr error     // the latest renewal failure, since the last success
-	run     chan struct{}
-	// run is non-nil while a run of the watchdog is under way, and closed
-	// when it is over.
-	renewCtx    context.Context    // bounds renewals: ends with parent or the hold
-	cancelRenew context.CancelFunc // nil until the watchdog first runs
-	life        context.Context    // made on demand (Do): ends with the hold
-	endLife     context.CancelCauseFunc
+	// renewal is non-nil while a renewal of the hold is in the network,
+	// and closed when its batch is over; selfRelease likewise while the
+	// hold's key is released at its maximum hold.
+	renewal, selfRelease chan struct{}
+	life                 context.Context // made on demand (Do): ends with the hold
+	endLife              context.CancelCauseFunc
+	nextRenew            time.Time // when its next renewal is due
+	failures             int       // renewals failed in a row
 
-	// Used by the watchdog's runs only, which never overlap.
-	nextRenew time.Time
-	failures  int // renewals failed in a row
+	// Guarded by its scheduler's mu.
+	index int // in the scheduler's queue; -1 when not queued
 }
 
 // errReleased is the cause of a hold's life context after its release.
@@ -72,6 +75,8 @@ func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, leas
 		done:    make(chan struct{}),
 		count:   1,
 		until:   sent.Add(lease - drift(lease)),
+		rl:      rl,
+		index:   -1,
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
@@ -82,8 +87,13 @@ func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, leas
 	metricHeld.Inc()
 	now := rl.clock.Now()
 	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
-	if first := rl.firstDuty(h); !first.IsZero() {
-		h.wake = rl.clock.WatchFunc(first.Sub(now), func() { rl.watch(h) })
+	if rl.maxHold > 0 {
+		h.wake = rl.clock.WatchFunc(sent.Add(rl.maxHold).Sub(now), func() { rl.maxHoldReached(h) })
+	}
+	if rl.watchdog {
+		h.nextRenew = sent.Add(lease / 3)
+		h.renewals = rl.scheduler()
+		h.renewals.add(h)
 	}
 	if ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
@@ -99,10 +109,12 @@ func (rl *RedisLock) holdingContextEnded(h *hold) {
 		return
 	}
 	h.state = expiring
+	if h.renewals != nil {
+		h.renewals.remove(h)
+	}
 	logx.Infof("redislock: holding context of %q (owner %s) ended, renewal stopped; the lock lasts out its lease: %v",
 		rl.key, h.id, context.Cause(h.parent))
 	rl.mu.Unlock()
-	rl.watch(h) // stops renewing, and keeps the maximum hold if one is due
 }
 
 // endLocked ends h once, with cause, and returns the cause it ended with.
@@ -115,9 +127,9 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	rl.countEnd(h, cause)
 	switch {
 	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, cause)
-	case cause != nil: // the holding context ended, then the lease ran out
-		logx.Infof("redislock: hold of %q (owner %s) lasted out its lease after its context ended: %v", rl.key, h.id, cause)
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
+	case cause != nil: // the holding context ended, then the lease ran out; or Close
+		logx.Infof("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
 	}
 	return cause
 }
@@ -136,13 +148,19 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	if h.unbind != nil {
 		h.unbind()
 	}
-	if h.cancelRenew != nil {
-		h.cancelRenew()
+	if h.renewals != nil {
+		h.renewals.remove(h)
 	}
 	if h.endLife != nil {
 		h.endLife(cmpOr(cause, errReleased))
 	}
 	close(h.done)
+}
+
+// bare is err's message without the "redislock: " it may start with, for
+// a message that says it already.
+func bare(err error) string {
+	return strings.TrimPrefix(err.Error(), "redislock: ")
 }
 
 func cmpOr(err, otherwise error) error {
@@ -175,7 +193,7 @@ func (rl *RedisLock) leaseRanOut(h *hold) {
 	var err error
 	switch {
 	case h.state == expiring: // as asked: the holding context stopped renewal
-		err = context.Cause(h.parent)
+		err = fmt.Errorf("redislock: %q: the lease ran out after the holding context ended: %w", rl.key, context.Cause(h.parent))
 	case h.lastErr != nil:
 		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, h.lastErr)
 	case rl.watchdog:

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -18,19 +19,33 @@ type Locker struct {
 	store Scripter
 	opts  []Option
 
-	mu     sync.Mutex
-	holds  map[*hold]*RedisLock // live holds of its locks
-	closed chan struct{}        // closed by Close
+	mu         sync.Mutex
+	holds      map[*hold]*RedisLock // live holds of its locks
+	closed     chan struct{}        // closed by Close
+	schedulers map[clock]*renewals  // renew its locks' holds, by time source
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
 func NewLocker(store Scripter, opts ...Option) *Locker {
 	return &Locker{
-		store:  store,
-		opts:   opts,
-		holds:  map[*hold]*RedisLock{},
-		closed: make(chan struct{}),
+		store:      store,
+		opts:       opts,
+		holds:      map[*hold]*RedisLock{},
+		closed:     make(chan struct{}),
+		schedulers: map[clock]*renewals{},
 	}
+}
+
+// renewalsFor returns the scheduler that renews the Locker's holds on c.
+func (l *Locker) renewalsFor(c clock) *renewals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.schedulers[c]
+	if s == nil {
+		s = &renewals{clock: c}
+		l.schedulers[c] = s
+	}
+	return s
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override
@@ -96,7 +111,7 @@ func (l *Locker) Close() error {
 	for h, rl := range held {
 		rl.mu.Lock()
 		live := h.live()
-		rl.endLocked(h, ErrLockerClosed)
+		rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
 		rl.mu.Unlock()
 		if !live {
 			continue

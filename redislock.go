@@ -353,7 +353,10 @@ func (rl *RedisLock) Release() (bool, error) {
 // still gives the acquisition back, without a round trip, and returns false
 // and an error matching ctx.Err(): the last one ends the hold and stops its
 // renewal, and the key expires at the end of its lease, so a deferred
-// ReleaseCtx(ctx) never leaves a lock renewing. Likewise if the final
+// ReleaseCtx(ctx) never leaves a lock renewing. (A renewal that was in the
+// network then and gets through is undone by the watchdog; a re-entry that
+// had failed with a timeout, if its call reaches Redis later, can refresh
+// the key once more, for one lease.) Likewise if the final
 // release cannot reach Redis: the hold ends all the same, ReleaseCtx returns
 // the error, and the key expires with its lease.
 func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
@@ -373,16 +376,25 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	if h == nil {
 		return false, nil
 	}
-	rl.mu.Lock()
-	run := h.run // a run of the watchdog under way
-	rl.mu.Unlock()
 	if !last {
-		if endErr != nil && run != nil {
-			// The watchdog may be releasing the key of the hold it ended
-			// (the maximum hold): return once it has.
+		rl.mu.Lock()
+		releasing, inFlight := h.selfRelease, h.renewal
+		lastOfEnded := endErr != nil && h.count == 0
+		rl.mu.Unlock()
+		switch {
+		case endErr != nil && releasing != nil:
+			// The watchdog is releasing the key of the hold it ended at
+			// its maximum hold: return once it has.
 			select {
-			case <-run:
+			case <-releasing:
 			case <-ctx.Done():
+			}
+		case lastOfEnded && inFlight != nil:
+			// A renewal sent before the hold ended is still in the
+			// network: delete the key if it still holds our id, so that
+			// the renewal finds nothing to extend once we return.
+			if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+				logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
 			}
 		}
 		return endErr == nil, endErr
@@ -400,16 +412,12 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 		h.err = err
 		rl.mu.Unlock()
 		rl.countEnd(h, err)
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %v", rl.key, h.id, err)
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
 	default:
 		rl.countEnd(h, nil)
 	}
-	if run != nil { // a renewal under way cannot extend a deleted key
-		select {
-		case <-run:
-		case <-ctx.Done():
-		}
-	}
+	// A renewal in the network is not waited for: it is owner-checked, and
+	// cannot bring back or extend the deleted key.
 	return err == nil, err
 }
 
@@ -566,6 +574,6 @@ func (rl *RedisLock) giveBackID(ctx context.Context, id string, lease, abandon t
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
 	defer cancel()
 	if _, err := rl.release(ctx, id, lease, abandon); err != nil {
-		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %v", rl.key, id, err)
+		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
 	}
 }

@@ -1,129 +1,332 @@
 package redislock
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
-// firstDuty returns when the watchdog of h has its first work: the first
-// renewal, or the maximum hold; zero when it has none (no watchdog, no
-// maximum hold).
-func (rl *RedisLock) firstDuty(h *hold) time.Time {
-	var at time.Time
-	if rl.watchdog {
-		at = h.started.Add(h.lease / 3)
-	}
-	if rl.maxHold > 0 {
-		if maxAt := h.started.Add(rl.maxHold); at.IsZero() || maxAt.Before(at) {
-			at = maxAt
-		}
-	}
-	return at
+// The watchdog: one renewal scheduler per Locker (and one per store and
+// clock for the locks of NewRedisLock, shared through a registry) renews
+// every hold that is due with as few round trips as it can: a pipeline of
+// owner-checked renewals, up to maxBatch a round trip, where the store has
+// pipelines (go-redis clients, go-zero's store), else one call per hold.
+//
+// It runs on one timer, not in a goroutine of its own: when renewals are
+// due, the timer's goroutine sends them, records the replies, and arms the
+// timer for the next. Runs never overlap. A hold costs no timer of its own
+// for renewal; its lease deadline has one (h.timer), which a successful
+// renewal pushes back, so that it fires only when the lease really runs
+// out, even while a batch is stuck in the network.
+
+// maxBatch caps the renewals of one pipeline.
+const maxBatch = 1000
+
+// renewals is a renewal scheduler: the holds it renews, by next renewal.
+type renewals struct {
+	clock clock
+	key   any // in the registry; nil for a Locker's
+
+	mu      sync.Mutex
+	queue   holdQueue // renewing holds not in a batch, earliest first
+	wake    timer     // runs the scheduler; nil until first armed
+	running bool      // a run is under way; it arms wake when it ends
 }
 
-// watch is one run of the watchdog of h: it runs in the calling goroutine (a
-// timer's, or the one that reports the end of the holding context), does
-// the duties that are due, arms h.wake for the next ones, and returns. A
-// held lock costs no goroutine between duties. Runs never overlap, and none
-// starts once the hold has ended. Ending a hold cancels the round trip of a
-// run under way; h.run is closed when that run is over.
-//
-// Loss by a lease that ran out is not its job: h.timer ends the hold at the
-// deadline even while a renewal is stuck in the network, because go-redis
-// does not cut a read short when a context ends.
-func (rl *RedisLock) watch(h *hold) {
-	rl.mu.Lock()
-	if h.run != nil || !h.live() { // running, or nothing to do
-		rl.mu.Unlock()
+// holdQueue is a min-heap of holds by nextRenew.
+type holdQueue []*hold
+
+func (q holdQueue) Len() int           { return len(q) }
+func (q holdQueue) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
+func (q holdQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *holdQueue) Push(x any) {
+	h := x.(*hold)
+	h.index = len(*q)
+	*q = append(*q, h)
+}
+func (q *holdQueue) Pop() any {
+	old := *q
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*q = old[:len(old)-1]
+	return h
+}
+
+// registry holds the schedulers of the locks of NewRedisLock, one per store
+// and clock, while they renew anything: a store that holds nothing is
+// forgotten.
+var registry = struct {
+	sync.Mutex
+	m map[any]*renewals
+}{m: map[any]*renewals{}}
+
+type registryKey struct {
+	store any
+	clock clock
+}
+
+// scheduler returns the scheduler that renews rl's holds.
+func (rl *RedisLock) scheduler() *renewals {
+	if rl.locker != nil {
+		return rl.locker.renewalsFor(rl.clock)
+	}
+	var key any = rl // a store that cannot be compared: a scheduler per lock
+	if reflect.ValueOf(rl.store).Comparable() && reflect.ValueOf(rl.clock).Comparable() {
+		key = registryKey{rl.store, rl.clock}
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	s := registry.m[key]
+	if s == nil {
+		s = &renewals{clock: rl.clock, key: key}
+		registry.m[key] = s
+	}
+	return s
+}
+
+// add puts h in the scheduler's queue for a renewal at h.nextRenew.
+// The caller holds h.rl.mu.
+func (s *renewals) add(h *hold) {
+	if s.key != nil {
+		registry.Lock()
+		defer registry.Unlock()
+		if registry.m[s.key] == nil { // forgotten while idle: known again
+			registry.m[s.key] = s
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	heap.Push(&s.queue, h)
+	if !s.running && s.queue[0] == h {
+		s.armLocked(h.nextRenew)
+	}
+}
+
+// remove takes h out of the queue (its hold ended, or stopped renewing).
+// The caller holds h.rl.mu.
+func (s *renewals) remove(h *hold) {
+	if s.key != nil {
+		registry.Lock()
+		defer registry.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.index >= 0 && h.index < len(s.queue) && s.queue[h.index] == h {
+		heap.Remove(&s.queue, h.index)
+	}
+	s.forgetIfIdleLocked()
+}
+
+// forgetIfIdleLocked drops an idle scheduler from the registry. The caller
+// holds s.mu, and registry's lock when s is in the registry.
+func (s *renewals) forgetIfIdleLocked() {
+	if len(s.queue) == 0 && !s.running {
+		if s.wake != nil {
+			s.wake.Stop()
+		}
+		if s.key != nil && registry.m[s.key] == s {
+			delete(registry.m, s.key)
+		}
+	}
+}
+
+func (s *renewals) armLocked(at time.Time) {
+	d := at.Sub(s.clock.Now())
+	if s.wake == nil {
+		s.wake = s.clock.WatchFunc(d, s.run)
+	} else {
+		s.wake.Reset(d)
+	}
+}
+
+// run is one run of the scheduler, in its timer's goroutine: it renews the
+// holds that are due (and those due within a tenth of their renewal
+// interval, so that holds taken at different times share batches), then
+// arms the timer for the next.
+func (s *renewals) run() {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
 		return
 	}
-	if h.cancelRenew == nil { // the first run
-		h.renewCtx, h.cancelRenew = context.WithCancel(h.parent)
-		h.nextRenew = h.started.Add(h.lease / 3)
-	}
-	run := make(chan struct{})
-	h.run = run
-	rl.mu.Unlock()
-
-	next := rl.duties(h)
-	rl.mu.Lock()
-	h.run = nil
-	close(run)
-	if h.live() && !next.IsZero() {
-		d := next.Sub(rl.clock.Now())
-		if h.wake == nil {
-			h.wake = rl.clock.WatchFunc(d, func() { rl.watch(h) })
-		} else {
-			h.wake.Reset(d)
+	s.running = true
+	now := s.clock.Now()
+	var due []*hold
+	for len(s.queue) > 0 {
+		h := s.queue[0]
+		if h.nextRenew.After(now.Add(h.lease / 30)) {
+			break
 		}
+		due = append(due, heap.Pop(&s.queue).(*hold))
 	}
-	rl.mu.Unlock()
+	s.mu.Unlock()
+
+	for len(due) > 0 {
+		n := min(len(due), maxBatch)
+		renewBatch(due[:n], now)
+		due = due[n:]
+	}
+
+	if s.key != nil {
+		registry.Lock()
+		defer registry.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running = false
+	if len(s.queue) > 0 {
+		s.armLocked(s.queue[0].nextRenew)
+	}
+	s.forgetIfIdleLocked()
 }
 
-// duties renews the lease of h when a renewal is due (unless
-// WithoutWatchdog, or after the holding context ended), and ends the hold
-// at the maximum hold. It returns when the next duty is due, or zero when
-// there is none. A call before anything is due does nothing, so a spurious
-// wake-up costs no round trip.
-func (rl *RedisLock) duties(h *hold) (next time.Time) {
-	interval := h.lease / 3
-	maxAt := h.started.Add(rl.maxHold)
-	for {
+// renewBatch renews holds, all of one store, sent at sent, and records each
+// reply: renewed; gone or taken (that hold ends with ErrLockLost); or an
+// error (retried with backoff). A failure of the whole batch is transient
+// for all of them and changes no deadline.
+func renewBatch(holds []*hold, sent time.Time) {
+	inFlight := make(chan struct{})
+	var batch []*hold
+	for _, h := range holds {
+		rl := h.rl
 		rl.mu.Lock()
-		state := h.state
+		pastMaxHold := rl.maxHold > 0 && !sent.Before(h.started.Add(rl.maxHold))
+		if h.state == renewing && !pastMaxHold { // the maximum hold ends it
+			h.renewal = inFlight
+			batch = append(batch, h)
+		}
 		rl.mu.Unlock()
-		if state == ended {
-			return time.Time{}
-		}
-		renews := rl.watchdog && state == renewing
-		now := rl.clock.Now()
-		if rl.maxHold > 0 && !now.Before(maxAt) {
-			rl.endAndRelease(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-			return time.Time{}
-		}
-		if renews && !now.Before(h.nextRenew) {
-			ok, err := rl.renew(h, now)
-			switch {
-			case err == nil && ok:
-				h.failures = 0
-				h.nextRenew = now.Add(interval)
-			case err == nil: // definite loss, or the hold ended meanwhile
-				return time.Time{}
-			case h.renewCtx.Err() != nil: // the hold or its holding context ended
-			default:
-				h.failures++
-				backoff := retryBackoff(interval, h.failures)
-				h.nextRenew = now.Add(backoff)
-				logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %v",
-					rl.key, h.id, h.failures, backoff, err)
-			}
-			continue
-		}
-
-		if renews {
-			next = h.nextRenew
-		}
-		if rl.maxHold > 0 && (next.IsZero() || maxAt.Before(next)) {
-			next = maxAt
-		}
-		return next
+	}
+	defer close(inFlight)
+	if len(batch) == 0 {
+		return
+	}
+	ok, errs := extendAll(batch, sent)
+	for i, h := range batch {
+		h.rl.renewed(h, sent, ok[i], errs[i])
 	}
 }
 
-// renew extends h's lease once. It reports true, nil when the hold goes on;
-// false, nil when the hold is over (the key is gone or taken, or the hold
-// ended while the renewal was under way); and the error of a renewal that
-// did not get through, which the caller retries until the lease runs out.
-func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
+// extendAll sends the renewals of holds: one pipeline where the store has
+// them, else one call each.
+func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
+	ok, errs := make([]bool, len(holds)), make([]error, len(holds))
+	rl := holds[0].rl
+	pipelined := pipelineOf(rl.store)
+	if pipelined == nil {
+		for i, h := range holds {
+			ctx, cancel := h.rl.renewalContext(h, sent)
+			ok[i], errs[i] = h.rl.extend(ctx, h.id, h.lease)
+			cancel()
+		}
+		return ok, errs
+	}
+	// The batch's deadline is the latest validity deadline among its holds:
+	// each hold's own lease timer ends it on time.
+	var until time.Time
+	for _, h := range holds {
+		h.rl.mu.Lock()
+		if h.until.After(until) {
+			until = h.until
+		}
+		h.rl.mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(until.Sub(sent), time.Millisecond))
+	defer cancel()
+	useEval := rl.evaler != nil // go-zero: never a NOSCRIPT for its breaker
+	cmds := make([]*redis.Cmd, len(holds))
+	send := func(which []int, eval bool) {
+		err := pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range which {
+				h := holds[i]
+				if eval {
+					cmds[i] = p.Eval(ctx, extendSource, h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
+				} else {
+					cmds[i] = p.EvalSha(ctx, extendScript.Hash(), h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
+				}
+			}
+			return nil
+		})
+		for _, i := range which {
+			if cmds[i] == nil { // the pipeline failed before queueing it
+				errs[i] = cmpOr(err, fmt.Errorf("%w: renewal not sent", ErrUnexpectedReply))
+				continue
+			}
+			n, cerr := cmds[i].Int64()
+			switch {
+			case cerr != nil:
+				errs[i] = cerr
+			case n != 0 && n != 1:
+				errs[i] = fmt.Errorf("%w: %d where 0 or 1 was due", ErrUnexpectedReply, n)
+			default:
+				ok[i], errs[i] = n == 1, nil
+			}
+		}
+	}
+	all := make([]int, len(holds))
+	for i := range all {
+		all[i] = i
+	}
+	send(all, useEval)
+	if !useEval { // after a restart, failover or SCRIPT FLUSH: EVAL loads it again
+		var noScript []int
+		for i, err := range errs {
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				noScript = append(noScript, i)
+			}
+		}
+		if len(noScript) > 0 {
+			send(noScript, true)
+		}
+	}
+	return ok, errs
+}
+
+// pipelineOf returns how to send a pipeline through store; nil when it has
+// none.
+func pipelineOf(store Scripter) func(context.Context, func(redis.Pipeliner) error) error {
+	type goRedisPipelines interface {
+		Pipelined(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	}
+	type goZeroPipelines interface {
+		PipelinedCtx(context.Context, func(redis.Pipeliner) error) error
+	}
+	switch s := store.(type) {
+	case goRedis:
+		if p, ok := s.c.(goRedisPipelines); ok {
+			return func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+				_, err := p.Pipelined(ctx, fn)
+				return err
+			}
+		}
+	case goZeroPipelines:
+		return s.PipelinedCtx
+	}
+	return nil
+}
+
+// renewalContext bounds one renewal of h sent at sent, when renewals go one
+// call each: by its lease deadline, and by the end of its holding context.
+func (rl *RedisLock) renewalContext(h *hold, sent time.Time) (context.Context, context.CancelFunc) {
 	rl.mu.Lock()
 	timeout := h.until.Sub(sent)
 	rl.mu.Unlock()
-	ctx, cancel := context.WithTimeout(h.renewCtx, max(timeout, time.Millisecond))
-	ok, err := rl.extend(ctx, h.id, h.lease)
-	cancel()
+	return context.WithTimeout(h.parent, max(timeout, time.Millisecond))
+}
+
+// renewed records the reply to a renewal of h sent at sent.
+func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) {
 	switch {
 	case err != nil:
 		metricRenewals.Inc("failed")
@@ -132,42 +335,59 @@ func (rl *RedisLock) renew(h *hold, sent time.Time) (bool, error) {
 	default:
 		metricRenewals.Inc("lost")
 	}
-
+	interval := h.lease / 3
 	rl.mu.Lock()
+	h.renewal = nil
 	switch {
-	case !h.live() && ok && h.err != nil:
-		// Ended while this renewal was in the network (its lease ran
-		// out, or its maximum hold), yet it got through: the key carries
-		// our id again, and nobody will use it. (After a release, the
-		// release deletes the key whatever the order.)
+	case !h.live() && ok:
+		// Ended while this renewal was in the network (its lease ran out,
+		// its maximum hold, a release without a round trip), yet it got
+		// through: the key carries our id for a new lease, and nobody
+		// will use it. (After a release's round trip this finds nothing.)
 		rl.mu.Unlock()
 		rl.releaseQuietly(h.parent, h.id, h.lease)
-		return false, nil
+		return
 	case !h.live():
-		rl.mu.Unlock()
-		return false, nil
 	case err != nil:
 		h.lastErr = err
-		rl.mu.Unlock()
-		return false, err
+		h.failures++
+		backoff := retryBackoff(interval, h.failures)
+		h.nextRenew = rl.clock.Now().Add(backoff)
+		if h.state == renewing {
+			logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %s",
+				rl.key, h.id, h.failures, backoff, bare(err))
+			h.renewals.add(h)
+		}
 	case !ok:
 		rl.endLocked(h, rl.lostErr("renewal found the key gone or taken"))
-		rl.mu.Unlock()
-		return false, nil
+	default:
+		rl.extendedLocked(h, sent)
+		h.timer.Reset(h.until.Sub(rl.clock.Now())) // fires only if the lease runs out
+		h.failures = 0
+		h.nextRenew = sent.Add(interval)
+		if h.state == renewing {
+			h.renewals.add(h)
+		}
 	}
-	rl.extendedLocked(h, sent)
 	rl.mu.Unlock()
-	return true, nil
 }
 
-// endAndRelease ends the hold with cause and then releases the lock, on the
-// watchdog's own initiative (the maximum hold). In that order: Done closes
-// and Until turns zero before the key can be taken by anyone else, so the
-// holder never believes it holds a lock that another may hold.
-func (rl *RedisLock) endAndRelease(h *hold, cause error) {
+// maxHoldReached ends h at its maximum hold and releases the lock, in that
+// order: Done closes and Until turns zero before the key can be taken by
+// anyone else, so the holder never believes it holds a lock that another
+// may hold. A Release of that hold returns once this release is over
+// (within its context).
+func (rl *RedisLock) maxHoldReached(h *hold) {
 	rl.mu.Lock()
-	rl.endLocked(h, cause)
+	if !h.live() {
+		rl.mu.Unlock()
+		return
+	}
+	releasing := make(chan struct{})
+	h.selfRelease = releasing
+	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
 	rl.mu.Unlock()
+	defer close(releasing)
 	rl.releaseQuietly(h.parent, h.id, h.lease)
 }
 

@@ -42,7 +42,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
 	switch args[0] {
 	case "demo":
@@ -62,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintf(stderr, "redislock: unknown command %q\n%s", args[0], usage)
-	return 2
+	return exitUsage
 }
 
 // logxLogger sends go-redis's own log lines (connection pool retries and
@@ -70,5 +70,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 type logxLogger struct{}
 
 func (logxLogger) Printf(ctx context.Context, format string, v ...any) {
-	logx.WithContext(ctx).Errorf("redis: "+format, v...)
+	logx.WithContext(ctx).Errorf(format, v...) // go-redis says "redis:" itself
 }

@@ -35,8 +35,8 @@ var demoOutcomes = []string{
 	"fn sees its context end (service shutting down) and returns; Do releases the lock.",
 	"Do() = <nil>; key still there: false",
 	"renewal stops, Done() still open: true, key still there: true",
-	"then Done() closed, Err() = request finished",
-	"the late Release() = false, request finished",
+	"then Done() closed, Err() = redislock: \"redislock-demo:report:weekly\": the lease ran out after the holding context ended: request finished",
+	"the late Release() = false, redislock: \"redislock-demo:report:weekly\": the lease ran out after the holding context ended: request finished",
 	"That's the tour.",
 }
 
@@ -96,10 +96,10 @@ func TestDemoRealRedis(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "usage") {
+	if code := run(nil, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "usage") {
 		t.Fatalf("no args: %d %q", code, errOut.String())
 	}
-	if code := run([]string{"nope"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `unknown command "nope"`) {
+	if code := run([]string{"nope"}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), `unknown command "nope"`) {
 		t.Fatalf("unknown command: %d %q", code, errOut.String())
 	}
 	if code := run([]string{"demo", "-addr", "127.0.0.1:1"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "cannot reach Redis") {

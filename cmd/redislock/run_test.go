@@ -153,6 +153,9 @@ func TestRunLoss(t *testing.T) {
 			if !strings.Contains(c.errOut.String(), tc.stderr) {
 				t.Fatalf("stderr %q does not say %q", c.errOut, tc.stderr)
 			}
+			if strings.Contains(c.errOut.String(), "redislock: redislock:") { // found by the black-box review
+				t.Fatalf("stderr says the prefix twice: %q", c.errOut)
+			}
 			if tc.extra == nil {
 				waitMark(t, f, "stopped") // its SIGTERM handler ran
 			}

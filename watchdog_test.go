@@ -1,0 +1,252 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// pipelineCounter is a go-redis hook that counts pipelines and the
+// commands in them.
+type pipelineCounter struct {
+	pipelines, commands atomic.Int64
+}
+
+func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "evalsha" { // the connection's handshake
+			return next(ctx, cmds)
+		}
+		p.pipelines.Add(1)
+		p.commands.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// requireNoSchedulers checks that no scheduler of NewRedisLock's locks is
+// left: nothing renews when nothing is held.
+func requireNoSchedulers(t *testing.T) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "schedulers forgotten", func() bool {
+		registry.Lock()
+		defer registry.Unlock()
+		return len(registry.m) == 0
+	})
+}
+
+// One batch, three outcomes: renewed, gone, taken. Each hold is decided by
+// its own reply, and the renewals of all of them share pipelines.
+func TestBatchDecidesPerKey(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := srv.Client(t)
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	ctx := context.Background()
+	const n = 30
+	locks := make([]*RedisLock, n)
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("batch:%d", i), WithExpiry(900*time.Millisecond))
+		mustAcquire(t, locks[i])
+	}
+	for i := 0; i < 10; i++ {
+		admin.Del(ctx, locks[i].Key()) // gone
+	}
+	for i := 10; i < 20; i++ {
+		admin.Set(ctx, locks[i].Key(), "someone-else", time.Minute) // taken
+	}
+	for i := 0; i < 20; i++ {
+		waitDone(t, locks[i].Done(), locks[i].Key())
+		if !errors.Is(locks[i].Err(), ErrLockLost) {
+			t.Fatalf("%s: Err = %v, want ErrLockLost", locks[i].Key(), locks[i].Err())
+		}
+	}
+	waitFor(t, 10*time.Second, "two rounds of renewals", func() bool { return hook.commands.Load() >= n+2*10 })
+	for i := 20; i < n; i++ {
+		if isClosed(locks[i].Done()) || admin.Get(ctx, locks[i].Key()).Val() != holderID(locks[i]) {
+			t.Fatalf("%s: renewed lock lost: %v", locks[i].Key(), locks[i].Err())
+		}
+	}
+	if v := admin.Get(ctx, locks[10].Key()).Val(); v != "someone-else" {
+		t.Fatalf("the other owner's key became %q", v)
+	}
+	// 30 renewals in at most a few pipelines, not 30 round trips.
+	if p, cmds := hook.pipelines.Load(), hook.commands.Load(); p == 0 || cmds/p < 5 {
+		t.Fatalf("%d renewals in %d pipelines: not batched", cmds, p)
+	}
+	for _, rl := range locks {
+		rl.Release() // the lost ones report their loss; the others release
+	}
+	requireNoSchedulers(t)
+}
+
+// SCRIPT FLUSH while thousands of locks renew in batches: the pipeline's
+// NOSCRIPT replies are sent again with EVAL, and no hold is lost.
+func TestBatchSurvivesScriptFlush(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := srv.Client(t)
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	ctx := context.Background()
+	const n = 2000
+	locks := make([]*RedisLock, n)
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("flush:%d", i), WithExpiry(2*time.Second))
+		mustAcquire(t, locks[i])
+	}
+	flushes := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		flushes++
+	}
+	if hook.commands.Load() < 2*n {
+		t.Fatalf("only %d renewals sent in 3s: the test tested nothing", hook.commands.Load())
+	}
+	if stats := admin.Info(ctx, "errorstats").Val(); !strings.Contains(stats, "errorstat_NOSCRIPT") {
+		t.Fatalf("no NOSCRIPT reply: the EVAL fallback was not exercised\n%s", stats)
+	}
+	lost := 0
+	for _, rl := range locks {
+		if isClosed(rl.Done()) {
+			lost++
+			t.Logf("%s: %v", rl.Key(), rl.Err())
+		}
+	}
+	if lost != 0 {
+		t.Fatalf("%d of %d holds lost across %d SCRIPT FLUSHes", lost, n, flushes)
+	}
+	for _, rl := range locks {
+		mustRelease(t, rl)
+	}
+	requireNoSchedulers(t)
+	t.Logf("%d renewals in %d pipelines across %d flushes", hook.commands.Load(), hook.pipelines.Load(), flushes)
+}
+
+// A batch that fails whole (every connection cut, again and again within
+// the lease) is transient for every hold in it.
+func TestBatchFailingWholeIsTransient(t *testing.T) {
+	srv := redisserver.Start(t)
+	px := startProxy(t, srv.Addr)
+	c := newClient(t, px.Addr())
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	locks := make([]*RedisLock, 20)
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("whole:%d", i), WithExpiry(1500*time.Millisecond))
+		mustAcquire(t, locks[i])
+	}
+	for range 4 {
+		time.Sleep(300 * time.Millisecond)
+		px.cutAll()
+	}
+	sent := hook.commands.Load()
+	waitFor(t, 10*time.Second, "a round of renewals after the cuts", func() bool { return hook.commands.Load() >= sent+20 })
+	for _, rl := range locks {
+		if isClosed(rl.Done()) {
+			t.Fatalf("%s lost: %v", rl.Key(), rl.Err())
+		}
+		mustRelease(t, rl)
+	}
+	if px.faults.Load() == 0 {
+		t.Fatal("no connection was cut: the test tested nothing")
+	}
+	requireNoSchedulers(t)
+}
+
+// blockingPipelines is a go-redis hook that holds every pipeline until
+// released: a batch of renewals stuck in the network.
+type blockingPipelines struct {
+	entered chan struct{}
+	release chan struct{}
+	once    atomic.Bool
+}
+
+func (b *blockingPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (b *blockingPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (b *blockingPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "evalsha" { // the connection's handshake
+			return next(ctx, cmds)
+		}
+		if b.once.CompareAndSwap(false, true) {
+			close(b.entered)
+		}
+		<-b.release
+		return next(ctx, cmds)
+	}
+}
+
+// Release does not wait for a batch in flight, and no renewal extends the
+// key after Release returns, whatever that batch does afterwards.
+func TestReleaseDoesNotWaitForBatchInFlight(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := srv.Client(t)
+	block := &blockingPipelines{entered: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(block)
+	rl := NewRedisLock(FromGoRedis(c), "inflight", WithExpiry(600*time.Millisecond))
+	mustAcquire(t, rl)
+	h := rl.cur
+	waitDone(t, block.entered, "a renewal batch in flight")
+	if !watchRunning(rl, h) {
+		t.Fatal("the hold is not marked in flight")
+	}
+	mustRelease(t, rl) // returns while the batch is stuck
+	if !watchRunning(rl, h) {
+		t.Fatal("the batch finished: the test proves nothing")
+	}
+	if admin.Exists(context.Background(), "inflight").Val() != 0 {
+		t.Fatal("Release did not delete the key")
+	}
+	close(block.release) // the stuck renewal reaches the server now
+	waitFor(t, 10*time.Second, "the batch over", func() bool { return !watchRunning(rl, h) })
+	if admin.Exists(context.Background(), "inflight").Val() != 0 {
+		t.Fatal("the renewal in flight brought the key back")
+	}
+	if rl.Err() != nil {
+		t.Fatalf("Err = %v after a clean release", rl.Err())
+	}
+	requireNoSchedulers(t)
+}
+
+// Locks of one Locker, and locks of NewRedisLock on one store, share a
+// scheduler; one that holds nothing is forgotten.
+func TestSchedulersAreSharedAndForgotten(t *testing.T) {
+	_, c := newMini(t)
+	a := NewRedisLock(FromGoRedis(c), "a")
+	b := NewRedisLock(FromGoRedis(c), "b")
+	mustAcquire(t, a)
+	mustAcquire(t, b)
+	if a.cur.renewals == nil || a.cur.renewals != b.cur.renewals {
+		t.Fatal("two locks of one store do not share a scheduler")
+	}
+	l := NewLocker(FromGoRedis(c))
+	x, y := l.NewLock("x"), l.NewLock("y")
+	mustAcquire(t, x)
+	mustAcquire(t, y)
+	if x.cur.renewals != y.cur.renewals || x.cur.renewals == a.cur.renewals {
+		t.Fatal("a Locker's locks do not share its own scheduler")
+	}
+	for _, rl := range []*RedisLock{a, b, x, y} {
+		mustRelease(t, rl)
+	}
+	requireNoSchedulers(t)
+	if n := len(x.cur.renewals.queue); n != 0 {
+		t.Fatalf("%d holds left in the Locker's queue", n)
+	}
+}
