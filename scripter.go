@@ -60,11 +60,14 @@ var (
 	releaseSource string
 	//go:embed ttl.lua
 	ttlSource string
+	//go:embed extend_many.lua
+	extendManySource string
 
 	acquireScript = redis.NewScript(acquireSource)
 	extendScript  = redis.NewScript(extendSource)
 	releaseScript = redis.NewScript(releaseSource)
 	ttlScript     = redis.NewScript(ttlSource)
+	extendMany    = redis.NewScript(extendManySource)
 
 	sources = map[*redis.Script]string{
 		acquireScript: acquireSource,

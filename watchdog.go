@@ -213,8 +213,22 @@ func renewBatch(holds []*hold, sent time.Time) {
 		return
 	}
 	ok, errs := extendAll(batch, sent)
+	var renewed, lost, failed float64
 	for i, h := range batch {
+		switch {
+		case errs[i] != nil:
+			failed++
+		case ok[i]:
+			renewed++
+		default:
+			lost++
+		}
 		h.rl.renewed(h, sent, ok[i], errs[i])
+	}
+	for result, n := range map[string]float64{"ok": renewed, "lost": lost, "failed": failed} {
+		if n > 0 {
+			metricRenewals.Add(n, result)
+		}
 	}
 }
 
@@ -245,45 +259,50 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(until.Sub(sent), time.Millisecond))
 	defer cancel()
 	useEval := rl.evaler != nil // go-zero: never a NOSCRIPT for its breaker
-	cmds := make([]*redis.Cmd, len(holds))
+	// On a single primary every key is local: one script renews up to
+	// perScript of them, which costs the server and the client less than a
+	// call each. Elsewhere (a cluster or a ring) each key has its own call,
+	// and the client sends each to its node.
+	group := 1
+	if singlePrimary(rl.store) {
+		group = perScript
+	}
+	type call struct {
+		first, n int
+		cmd      *redis.Cmd
+	}
+	calls := make([]call, 0, (len(holds)+group-1)/group)
+	for i := 0; i < len(holds); i += group {
+		calls = append(calls, call{first: i, n: min(group, len(holds)-i)})
+	}
 	send := func(which []int, eval bool) {
 		err := pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range which {
-				h := holds[i]
-				if eval {
-					cmds[i] = p.Eval(ctx, extendSource, h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
-				} else {
-					cmds[i] = p.EvalSha(ctx, extendScript.Hash(), h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
-				}
+			for _, c := range which {
+				calls[c].cmd = queueRenewals(ctx, p, holds[calls[c].first:calls[c].first+calls[c].n], eval)
 			}
 			return nil
 		})
-		for _, i := range which {
-			if cmds[i] == nil { // the pipeline failed before queueing it
-				errs[i] = cmpOr(err, fmt.Errorf("%w: renewal not sent", ErrUnexpectedReply))
+		for _, c := range which {
+			call := calls[c]
+			if call.cmd == nil { // the pipeline failed before queueing it
+				for i := call.first; i < call.first+call.n; i++ {
+					errs[i] = cmpOr(err, fmt.Errorf("%w: renewal not sent", ErrUnexpectedReply))
+				}
 				continue
 			}
-			n, cerr := cmds[i].Int64()
-			switch {
-			case cerr != nil:
-				errs[i] = cerr
-			case n != 0 && n != 1:
-				errs[i] = fmt.Errorf("%w: %d where 0 or 1 was due", ErrUnexpectedReply, n)
-			default:
-				ok[i], errs[i] = n == 1, nil
-			}
+			readRenewals(call.cmd, ok[call.first:call.first+call.n], errs[call.first:call.first+call.n])
 		}
 	}
-	all := make([]int, len(holds))
+	all := make([]int, len(calls))
 	for i := range all {
 		all[i] = i
 	}
 	send(all, useEval)
 	if !useEval { // after a restart, failover or SCRIPT FLUSH: EVAL loads it again
 		var noScript []int
-		for i, err := range errs {
-			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				noScript = append(noScript, i)
+		for c, call := range calls {
+			if err := errs[call.first]; err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				noScript = append(noScript, c)
 			}
 		}
 		if len(noScript) > 0 {
@@ -291,6 +310,71 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 		}
 	}
 	return ok, errs
+}
+
+// perScript caps the keys one extend_many.lua call renews: a call over
+// 100 keys keeps the server busy for about a tenth of a millisecond.
+const perScript = 100
+
+// queueRenewals queues the renewal of holds in p: extend.lua for one hold,
+// extend_many.lua for more.
+func queueRenewals(ctx context.Context, p redis.Pipeliner, holds []*hold, eval bool) *redis.Cmd {
+	if len(holds) == 1 {
+		h := holds[0]
+		if eval {
+			return p.Eval(ctx, extendSource, h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
+		}
+		return p.EvalSha(ctx, extendScript.Hash(), h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
+	}
+	keys := make([]string, len(holds))
+	args := make([]any, 0, 2*len(holds))
+	for i, h := range holds {
+		keys[i] = h.rl.key
+		args = append(args, h.id, h.lease.Milliseconds())
+	}
+	if eval {
+		return p.Eval(ctx, extendManySource, keys, args...)
+	}
+	return p.EvalSha(ctx, extendMany.Hash(), keys, args...)
+}
+
+// readRenewals reads the reply of queueRenewals into ok and errs, one per
+// hold.
+func readRenewals(cmd *redis.Cmd, ok []bool, errs []error) {
+	reply, err := cmd.Result()
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	values, isArray := reply.([]any)
+	if !isArray {
+		values = []any{reply}
+	}
+	for i := range ok {
+		var n int64 = -1
+		if i < len(values) && len(values) == len(ok) {
+			n, _ = values[i].(int64)
+		}
+		switch n {
+		case 0, 1:
+			ok[i], errs[i] = n == 1, nil
+		default:
+			errs[i] = fmt.Errorf("%w: %T %.64v where 0 or 1 was due", ErrUnexpectedReply, reply, reply)
+		}
+	}
+}
+
+// singlePrimary reports whether every key of store lives on one server: a
+// go-redis Client (a failover client is one too).
+func singlePrimary(store Scripter) bool {
+	g, ok := store.(goRedis)
+	if !ok {
+		return false
+	}
+	_, ok = g.c.(*redis.Client)
+	return ok
 }
 
 // pipelineOf returns how to send a pipeline through store; nil when it has
@@ -325,16 +409,9 @@ func (rl *RedisLock) renewalContext(h *hold, sent time.Time) (context.Context, c
 	return context.WithTimeout(h.parent, max(timeout, time.Millisecond))
 }
 
-// renewed records the reply to a renewal of h sent at sent.
+// renewed records the reply to a renewal of h sent at sent (its batch
+// counts the metrics).
 func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) {
-	switch {
-	case err != nil:
-		metricRenewals.Inc("failed")
-	case ok:
-		metricRenewals.Inc("ok")
-	default:
-		metricRenewals.Inc("lost")
-	}
 	interval := h.lease / 3
 	rl.mu.Lock()
 	h.renewal = nil
