@@ -16,6 +16,7 @@ type faultProxy struct {
 	ln       net.Listener
 	target   string
 	delay    atomic.Int64 // ns added before forwarding each chunk
+	delayUp  atomic.Int64 // ns added before forwarding each chunk a client sends
 	dropPerK atomic.Int64 // chance per 1000 chunks of closing the connection
 	// dropReplies is how many of the server's next replies to swallow, each
 	// by closing its connection instead of forwarding it: the server ran
@@ -91,7 +92,11 @@ func (p *faultProxy) pipe(dst, src net.Conn, toClient bool) {
 				p.stalled.Add(1)
 				continue
 			}
-			if d := time.Duration(p.delay.Load()); d > 0 {
+			d := time.Duration(p.delay.Load())
+			if !toClient {
+				d += time.Duration(p.delayUp.Load())
+			}
+			if d > 0 {
 				p.faults.Add(1)
 				select {
 				case <-time.After(d):

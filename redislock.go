@@ -366,6 +366,7 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	if err := rl.lockOp(ctx); err != nil {
 		// No round trip: give the acquisition back here and now.
 		if _, h, last := rl.giveBack(); last {
+			rl.leftToExpire(h)
 			rl.countEnd(h, nil)
 		}
 		return false, opErr("release", rl.key, err)
@@ -402,6 +403,7 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	deleted, err := rl.release(ctx, h.id, h.lease, 0)
 	switch {
 	case err != nil:
+		rl.leftToExpire(h)
 		rl.countEnd(h, nil)
 		err = opErr("release", rl.key, err)
 	case !deleted:
@@ -419,6 +421,14 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	// A renewal in the network is not waited for: it is owner-checked, and
 	// cannot bring back or extend the deleted key.
 	return err == nil, err
+}
+
+// leftToExpire records that h's key was left to expire with its lease: a
+// renewal that was in the network then, and gets through, is undone.
+func (rl *RedisLock) leftToExpire(h *hold) {
+	rl.mu.Lock()
+	h.keyLeft = true
+	rl.mu.Unlock()
 }
 
 // giveBack counts one acquisition released. It returns the reason of a hold

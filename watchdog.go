@@ -214,6 +214,7 @@ func renewBatch(holds []*hold, sent time.Time) {
 	}
 	ok, errs := extendAll(batch, sent)
 	var renewed, lost, failed float64
+	var undo []*hold
 	for i, h := range batch {
 		switch {
 		case errs[i] != nil:
@@ -223,7 +224,18 @@ func renewBatch(holds []*hold, sent time.Time) {
 		default:
 			lost++
 		}
-		h.rl.renewed(h, sent, ok[i], errs[i])
+		if h.rl.renewed(h, sent, ok[i], errs[i]) {
+			undo = append(undo, h)
+		}
+	}
+	if len(undo) > 0 {
+		// Round trips of their own, never on the scheduler's path: the
+		// other holds' renewals must not wait for them.
+		go func() {
+			for _, h := range undo {
+				h.rl.releaseQuietly(h.parent, h.id, h.lease)
+			}
+		}()
 	}
 	for result, n := range map[string]float64{"ok": renewed, "lost": lost, "failed": failed} {
 		if n > 0 {
@@ -410,20 +422,20 @@ func (rl *RedisLock) renewalContext(h *hold, sent time.Time) (context.Context, c
 }
 
 // renewed records the reply to a renewal of h sent at sent (its batch
-// counts the metrics).
-func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) {
+// counts the metrics). It reports true when the renewal must be undone:
+// the hold ended while it was in the network (its lease ran out, its
+// maximum hold, a loss, or a release that left the key to expire), yet it
+// got through, so the key carries our id for a new lease and nobody will
+// use it. (After a release that deleted the key, there is nothing to undo:
+// the renewal either came first, or found nothing.)
+func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) (undo bool) {
 	interval := h.lease / 3
 	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	h.renewal = nil
 	switch {
 	case !h.live() && ok:
-		// Ended while this renewal was in the network (its lease ran out,
-		// its maximum hold, a release without a round trip), yet it got
-		// through: the key carries our id for a new lease, and nobody
-		// will use it. (After a release's round trip this finds nothing.)
-		rl.mu.Unlock()
-		rl.releaseQuietly(h.parent, h.id, h.lease)
-		return
+		return h.err != nil || h.keyLeft
 	case !h.live():
 	case err != nil:
 		h.lastErr = err
@@ -446,7 +458,7 @@ func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) {
 			h.renewals.add(h)
 		}
 	}
-	rl.mu.Unlock()
+	return false
 }
 
 // maxHoldReached ends h at its maximum hold and releases the lock, in that

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +251,50 @@ func TestSchedulersAreSharedAndForgotten(t *testing.T) {
 	if n := len(x.cur.renewals.queue); n != 0 {
 		t.Fatalf("%d holds left in the Locker's queue", n)
 	}
+}
+
+// Found by the third black-box review: when many holds were released while
+// a batch of renewals was in the network, the scheduler undid each released
+// hold's renewal with a round trip of its own, on its own path, and stalled
+// until the holds it kept had run out of lease (4 runs of 4 with a 20 ms
+// delay on requests). Releases that deleted their keys need no undo, and no
+// undo delays the scheduler.
+func TestReleasesDuringBatchDoNotStallTheScheduler(t *testing.T) {
+	srv := redisserver.Start(t)
+	px := startProxy(t, srv.Addr)
+	c := newClient(t, px.Addr())
+	const n = 300
+	locks := make([]*RedisLock, n)
+	var wg sync.WaitGroup
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("stall:%d", i), WithExpiry(300*time.Millisecond))
+		wg.Add(1)
+		go func() { defer wg.Done(); mustAcquire(t, locks[i]) }()
+	}
+	wg.Wait()
+	px.delayUp.Store(int64(20 * time.Millisecond)) // requests only
+	for i := 0; i < n; i += 2 { // half released at random moments over 1.5 s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(rand.N(1500 * time.Millisecond))
+			locks[i].Release()
+		}()
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond)
+	lost := 0
+	for i := 1; i < n; i += 2 {
+		if isClosed(locks[i].Done()) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d kept holds lost while others were released", lost, n/2)
+	}
+	px.delayUp.Store(0)
+	for i := 1; i < n; i += 2 {
+		mustRelease(t, locks[i])
+	}
+	requireNoSchedulers(t)
 }

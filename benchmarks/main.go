@@ -95,6 +95,7 @@ type heldResult struct {
 	rssPerLock float64       // bytes
 	goroutines int
 	cmdsPerSec float64
+	serverCPU  time.Duration // redis-server's CPU over the run
 	err        string
 }
 
@@ -221,9 +222,10 @@ func heldRun(lib, addr string, admin *redis.Client, d time.Duration) heldResult 
 		f := strings.Fields(sc.Text())
 		switch f[0] {
 		case "holding": // all locks held: measure Redis from now on
-			c0 := totalCommands(admin)
+			c0, s0 := totalCommands(admin), serverCPU(admin)
 			time.Sleep(d)
 			r.cmdsPerSec = float64(totalCommands(admin)-c0) / d.Seconds()
+			r.serverCPU = serverCPU(admin) - s0
 			_ = cmd.Process.Signal(syscall.SIGUSR1)
 		case "result":
 			cpu, _ := time.ParseDuration(f[1])
@@ -235,6 +237,21 @@ func heldRun(lib, addr string, admin *redis.Client, d time.Duration) heldResult 
 		}
 	}
 	return r
+}
+
+// serverCPU is redis-server's CPU time so far (user and system), from
+// INFO cpu.
+func serverCPU(c *redis.Client) time.Duration {
+	var total float64
+	for _, line := range strings.Split(c.Info(context.Background(), "cpu").Val(), "\r\n") {
+		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 func totalCommands(c *redis.Client) int64 {
