@@ -48,7 +48,7 @@ type hold struct {
 	// and closed when its batch is over; selfRelease likewise while the
 	// hold's key is released at its maximum hold.
 	renewal, selfRelease chan struct{}
-	keyLeft              bool // released without deleting the key: left to expire
+	keyLeft              bool            // released without deleting the key: left to expire
 	life                 context.Context // made on demand (Do): ends with the hold
 	endLife              context.CancelCauseFunc
 	nextRenew            time.Time // when its next renewal is due

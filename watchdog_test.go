@@ -273,7 +273,7 @@ func TestReleasesDuringBatchDoNotStallTheScheduler(t *testing.T) {
 	}
 	wg.Wait()
 	px.delayUp.Store(int64(20 * time.Millisecond)) // requests only
-	for i := 0; i < n; i += 2 { // half released at random moments over 1.5 s
+	for i := 0; i < n; i += 2 {                    // half released at random moments over 1.5 s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
