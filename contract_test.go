@@ -503,21 +503,12 @@ func (s *countingSubscriber) Subscribe(ctx context.Context, channels ...string) 
 func TestReleaseDoesNotWaitForStuckRenewalPastItsContext(t *testing.T) {
 	mr, c := newMini(t)
 	clk := newFakeClock()
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var renewals atomic.Int64
-	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-		if script == extendScript && renewals.Add(1) == 1 {
-			close(entered)
-			<-unblock // stuck, whatever its context says
-			ctx = context.WithoutCancel(ctx)
-		}
-		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
-	})
+	store := newStuckRenewal(c)
 	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
 	mustAcquire(t, rl)
 	h := rl.cur
 	clk.Advance(time.Second)
-	<-entered
+	<-store.entered
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	returned := make(chan struct{})
@@ -531,7 +522,7 @@ func TestReleaseDoesNotWaitForStuckRenewalPastItsContext(t *testing.T) {
 	if !watchRunning(rl, h) {
 		t.Fatal("the renewal was not stuck: the test proves nothing")
 	}
-	close(unblock)
+	close(store.unblock)
 	for watchRunning(rl, h) {
 		time.Sleep(time.Millisecond)
 	}
@@ -679,27 +670,18 @@ func TestReentryRacingReleaseWithEndedContext(t *testing.T) {
 func TestRenewalAfterReleaseWithoutRoundTripIsUndone(t *testing.T) {
 	mr, c := newMini(t)
 	clk := newFakeClock()
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var extends atomic.Int64
-	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-		if script == extendScript && extends.Add(1) == 1 {
-			close(entered)
-			<-unblock
-			ctx = context.WithoutCancel(ctx) // it gets through all the same
-		}
-		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
-	})
+	store := newStuckRenewal(c)
 	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
 	mustAcquire(t, rl)
 	h := rl.cur
 	clk.Advance(time.Second)
-	<-entered
+	<-store.entered
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := rl.ReleaseCtx(ended); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	close(unblock)
+	close(store.unblock)
 	for watchRunning(rl, h) {
 		time.Sleep(time.Millisecond)
 	}

@@ -214,3 +214,25 @@ type scripterFunc func(ctx context.Context, script *redis.Script, keys []string,
 func (f scripterFunc) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	return f(ctx, script, keys, args...)
 }
+
+// stuckRenewal is a store on c whose first renewal sticks in the network
+// until unblock is closed, and then gets through all the same (its context
+// no longer matters).
+type stuckRenewal struct {
+	c                *redis.Client
+	entered, unblock chan struct{}
+	renewals         atomic.Int64
+}
+
+func newStuckRenewal(c *redis.Client) *stuckRenewal {
+	return &stuckRenewal{c: c, entered: make(chan struct{}), unblock: make(chan struct{})}
+}
+
+func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if script == extendScript && s.renewals.Add(1) == 1 {
+		close(s.entered)
+		<-s.unblock
+		ctx = context.WithoutCancel(ctx)
+	}
+	return FromGoRedis(s.c).ScriptRunCtx(ctx, script, keys, args...)
+}

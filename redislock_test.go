@@ -365,16 +365,7 @@ func TestReleaseAfterHoldingContextEnded(t *testing.T) {
 func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	mr, c := newMini(t)
 	clk := newFakeClock()
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var renewals atomic.Int64
-	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-		if script == extendScript && renewals.Add(1) == 1 {
-			close(entered)
-			<-unblock
-			ctx = context.WithoutCancel(ctx) // it gets through all the same
-		}
-		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
-	})
+	store := newStuckRenewal(c)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	rl := NewRedisLock(store, "k", WithExpiry(3*time.Second), withClock(clk))
 	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
@@ -382,11 +373,11 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	}
 	h := rl.cur
 	clk.Advance(time.Second) // the first renewal is due
-	waitDone(t, entered, "the renewal started")
+	waitDone(t, store.entered, "the renewal started")
 	cause := errors.New("shutting down")
 	cancel(cause)
 	waitState(t, rl, h, expiring)
-	close(unblock)
+	close(store.unblock)
 	for watchRunning(rl, h) {
 		time.Sleep(time.Millisecond)
 	}
@@ -407,7 +398,7 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	if !mr.Exists("k") {
 		t.Fatal("the key was deleted; it lasts out its lease")
 	}
-	if n := renewals.Load(); n != 1 {
+	if n := store.renewals.Load(); n != 1 {
 		t.Fatalf("%d renewals, want the one under way only", n)
 	}
 }
