@@ -365,7 +365,7 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	}
 	if err := rl.lockOp(ctx); err != nil {
 		// No round trip: give the acquisition back here and now.
-		if _, h, last := rl.giveBack(); last {
+		if h, last, _ := rl.giveBack(); last {
 			rl.leftToExpire(h)
 			rl.countEnd(h, nil)
 		}
@@ -373,7 +373,7 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	}
 	defer rl.unlockOp()
 
-	endErr, h, last := rl.giveBack()
+	h, last, endErr := rl.giveBack()
 	if h == nil {
 		return false, nil
 	}
@@ -434,23 +434,23 @@ func (rl *RedisLock) leftToExpire(h *hold) {
 // giveBack counts one acquisition released. It returns the reason of a hold
 // that had ended already, and last with the hold when this was the final
 // acquisition of a live hold, which it ends (the caller counts the end).
-func (rl *RedisLock) giveBack() (endErr error, h *hold, last bool) {
+func (rl *RedisLock) giveBack() (h *hold, last bool, endErr error) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	h = rl.cur
 	switch {
 	case h == nil || h.count == 0:
-		return nil, nil, false
+		return nil, false, nil
 	case !h.live():
 		h.count--
-		return h.err, h, false
+		return h, false, h.err
 	case h.count > 1:
 		h.count--
-		return nil, h, false
+		return h, false, nil
 	}
 	h.count = 0
 	rl.closeLocked(h, nil)
-	return nil, h, true
+	return h, true, nil
 }
 
 // TTL returns the remaining lease of the key as Redis sees it, checked

@@ -58,11 +58,7 @@ func TestBatchDecidesPerKey(t *testing.T) {
 	c.AddHook(hook)
 	ctx := context.Background()
 	const n = 30
-	locks := make([]*RedisLock, n)
-	for i := range locks {
-		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("batch:%d", i), WithExpiry(900*time.Millisecond))
-		mustAcquire(t, locks[i])
-	}
+	locks := holdMany(t, c, "batch", n, 900*time.Millisecond)
 	for i := 0; i < 10; i++ {
 		admin.Del(ctx, locks[i].Key()) // gone
 	}
@@ -104,11 +100,7 @@ func TestBatchSurvivesScriptFlush(t *testing.T) {
 	c.AddHook(hook)
 	ctx := context.Background()
 	const n = 2000
-	locks := make([]*RedisLock, n)
-	for i := range locks {
-		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("flush:%d", i), WithExpiry(2*time.Second))
-		mustAcquire(t, locks[i])
-	}
+	locks := holdMany(t, c, "flush", n, 2*time.Second)
 	flushes := 0
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
@@ -147,11 +139,7 @@ func TestBatchFailingWholeIsTransient(t *testing.T) {
 	c := newClient(t, px.Addr())
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
-	locks := make([]*RedisLock, 20)
-	for i := range locks {
-		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("whole:%d", i), WithExpiry(1500*time.Millisecond))
-		mustAcquire(t, locks[i])
-	}
+	locks := holdMany(t, c, "whole", 20, 1500*time.Millisecond)
 	for range 4 {
 		time.Sleep(300 * time.Millisecond)
 		px.cutAll()
@@ -264,16 +252,10 @@ func TestReleasesDuringBatchDoNotStallTheScheduler(t *testing.T) {
 	px := startProxy(t, srv.Addr)
 	c := newClient(t, px.Addr())
 	const n = 300
-	locks := make([]*RedisLock, n)
-	var wg sync.WaitGroup
-	for i := range locks {
-		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("stall:%d", i), WithExpiry(300*time.Millisecond))
-		wg.Add(1)
-		go func() { defer wg.Done(); mustAcquire(t, locks[i]) }()
-	}
-	wg.Wait()
+	locks := holdMany(t, c, "stall", n, 300*time.Millisecond)
 	px.delayUp.Store(int64(20 * time.Millisecond)) // requests only
-	for i := 0; i < n; i += 2 {                    // half released at random moments over 1.5 s
+	var wg sync.WaitGroup
+	for i := 0; i < n; i += 2 { // half released at random moments over 1.5 s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -297,4 +279,19 @@ func TestReleasesDuringBatchDoNotStallTheScheduler(t *testing.T) {
 		mustRelease(t, locks[i])
 	}
 	requireNoSchedulers(t)
+}
+
+// holdMany makes n locks of c on prefix:0..n-1 with lease, and acquires
+// them all at once, so that their renewals fall due together.
+func holdMany(t *testing.T, c *redis.Client, prefix string, n int, lease time.Duration) []*RedisLock {
+	t.Helper()
+	locks := make([]*RedisLock, n)
+	var wg sync.WaitGroup
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("%s:%d", prefix, i), WithExpiry(lease))
+		wg.Add(1)
+		go func() { defer wg.Done(); mustAcquire(t, locks[i]) }()
+	}
+	wg.Wait()
+	return locks
 }
