@@ -15,6 +15,7 @@ type fakeClock struct {
 	now    time.Time
 	timers map[*fakeTimer]struct{}
 	arms   int // watchdog timers armed so far (WatchFunc and Reset)
+	busy   int // AfterFunc and WatchFunc calls under way
 }
 
 type fakeTimer struct {
@@ -66,7 +67,10 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	if d <= 0 {
 		delete(c.timers, t)
 		t.active = false
-		t.fire(c.now)
+		now := c.now
+		c.mu.Unlock()
+		t.fire(now)
+		c.mu.Lock()
 		return
 	}
 	t.at, t.active = c.now.Add(d), true
@@ -82,7 +86,18 @@ func (t *fakeTimer) Stop() {
 
 func (t *fakeTimer) fire(now time.Time) {
 	if t.ch == nil {
-		go t.fn()
+		c := t.c
+		c.mu.Lock()
+		c.busy++
+		c.mu.Unlock()
+		go func() {
+			defer func() {
+				c.mu.Lock()
+				c.busy--
+				c.mu.Unlock()
+			}()
+			t.fn()
+		}()
 		return
 	}
 	select {
@@ -139,7 +154,8 @@ func (c *fakeClock) nextDutyLocked() time.Time {
 }
 
 // Step advances the clock to the watchdog's next duty and waits until the
-// watchdog has dealt with it and armed its timer again.
+// watchdog has dealt with it (its run and the run's batch are over) and
+// armed its timer again.
 func (c *fakeClock) Step(t testing.TB) {
 	t.Helper()
 	if c.StepOr(t, nil) {
@@ -174,11 +190,16 @@ func (c *fakeClock) StepOr(t testing.TB, done <-chan struct{}) bool {
 		}
 		wait("no timer armed")
 	}
-	for c.Arms() <= armed {
+	for {
 		if done != nil && isClosed(done) {
 			return true
 		}
+		c.mu.Lock()
+		acted := c.arms > armed && c.busy == 0
+		c.mu.Unlock()
+		if acted {
+			return false
+		}
 		wait("the watchdog did not act")
 	}
-	return false
 }

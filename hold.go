@@ -32,11 +32,9 @@ type hold struct {
 	started  time.Time     // when the first acquisition was sent
 	parent   context.Context
 	done     chan struct{} // closed when the hold ends
-	timer    timer         // fires at until: the lease ran out
-	wake     timer         // fires at the maximum hold; nil without one
 	unbind   func() bool   // stops the context.AfterFunc on parent
 	rl       *RedisLock
-	renewals *renewals // its scheduler; nil without the watchdog
+	renewals *renewals // its scheduler: renewal, lease deadline, maximum hold
 
 	// Guarded by RedisLock.mu.
 	state   holdState
@@ -55,7 +53,8 @@ type hold struct {
 	failures             int       // renewals failed in a row
 
 	// Guarded by its scheduler's mu.
-	index int // in the scheduler's queue; -1 when not queued
+	due   time.Time // when the scheduler looks at it next
+	index int       // in the scheduler's queue; -1 when not queued
 }
 
 // errReleased is the cause of a hold's life context after its release.
@@ -63,39 +62,34 @@ var errReleased = errors.New("redislock: released")
 
 func (h *hold) live() bool { return h.state != ended }
 
-// startHold records a first acquisition of id, sent at sent, and starts the
-// timers of its lease, its watchdog and its holding context. It reports
-// false, and records nothing, when the lock's Locker is closed.
+// startHold records a first acquisition of id, sent at sent, and hands the
+// hold to its scheduler (its renewals, lease deadline and maximum hold) and
+// to its holding context. It reports false, and records nothing, when the
+// lock's Locker is closed.
 func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) bool {
 	h := &hold{
-		id:      id,
-		token:   token,
-		lease:   lease,
-		started: sent,
-		parent:  ctx,
-		done:    make(chan struct{}),
-		count:   1,
-		until:   sent.Add(lease - drift(lease)),
-		rl:      rl,
-		index:   -1,
+		id:        id,
+		token:     token,
+		lease:     lease,
+		started:   sent,
+		parent:    ctx,
+		done:      make(chan struct{}),
+		count:     1,
+		until:     sent.Add(lease - drift(lease)),
+		nextRenew: sent.Add(lease / 3),
+		rl:        rl,
+		index:     -1,
 	}
+	l := rl.owner()
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if rl.locker != nil && !rl.locker.track(rl, h) {
+	if !l.track(rl, h) {
 		return false
 	}
 	rl.cur = h
 	metricHeld.Inc()
-	now := rl.clock.Now()
-	h.timer = rl.clock.AfterFunc(h.until.Sub(now), func() { rl.leaseRanOut(h) })
-	if rl.maxHold > 0 {
-		h.wake = rl.clock.WatchFunc(sent.Add(rl.maxHold).Sub(now), func() { rl.maxHoldReached(h) })
-	}
-	if rl.watchdog {
-		h.nextRenew = sent.Add(lease / 3)
-		h.renewals = rl.scheduler()
-		h.renewals.add(h)
-	}
+	h.renewals = l.renewalsFor(rl.clock)
+	h.renewals.schedule(h)
 	if ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
 	}
@@ -110,9 +104,7 @@ func (rl *RedisLock) holdingContextEnded(h *hold) {
 		return
 	}
 	h.state = expiring
-	if h.renewals != nil {
-		h.renewals.remove(h)
-	}
+	h.renewals.schedule(h) // its lease deadline and maximum hold only
 	logx.Infof("redislock: holding context of %q (owner %s) ended, renewal stopped; the lock lasts out its lease: %v",
 		rl.key, h.id, context.Cause(h.parent))
 	rl.mu.Unlock()
@@ -142,16 +134,10 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	if rl.locker != nil {
 		rl.locker.forget(h)
 	}
-	h.timer.Stop()
-	if h.wake != nil {
-		h.wake.Stop()
-	}
 	if h.unbind != nil {
 		h.unbind()
 	}
-	if h.renewals != nil {
-		h.renewals.remove(h)
-	}
+	h.renewals.remove(h)
 	if h.endLife != nil {
 		h.endLife(cmpOr(cause, errReleased))
 	}
@@ -180,17 +166,9 @@ func (rl *RedisLock) extendedLocked(h *hold, sent time.Time) {
 	h.lastErr = nil
 }
 
-// leaseRanOut runs when h's lease may have run out by our own accounting.
-func (rl *RedisLock) leaseRanOut(h *hold) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if !h.live() {
-		return
-	}
-	if left := h.until.Sub(rl.clock.Now()); left > 0 {
-		h.timer.Reset(left) // renewed in the meantime
-		return
-	}
+// leaseRanOutLocked ends h, whose lease ran out by our own accounting.
+// The caller holds rl.mu.
+func (rl *RedisLock) leaseRanOutLocked(h *hold) {
 	var err error
 	switch {
 	case h.state == expiring: // as asked: the holding context stopped renewal

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 )
 
@@ -16,13 +17,16 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 // Close ends every hold still held. Make it with NewLocker; the zero value
 // is not usable. A Locker is safe for concurrent use.
 type Locker struct {
-	store Scripter
-	opts  []Option
+	store  Scripter
+	opts   []Option
+	shared any // its key in sharedLockers; nil for a Locker of NewLocker
 
 	mu         sync.Mutex
-	holds      map[*hold]*RedisLock // live holds of its locks
+	holds      map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
 	closed     chan struct{}        // closed by Close
-	schedulers map[clock]*renewals  // renew its locks' holds, by time source
+	schedulers map[clock]*renewals  // keep its holds' deadlines, by time source
+	hubs       map[any]*hub         // its wake-up subscriptions, by Subscriber
+	busy       int                  // schedulers with holds, and open hubs
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
@@ -33,16 +37,86 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 		holds:      map[*hold]*RedisLock{},
 		closed:     make(chan struct{}),
 		schedulers: map[clock]*renewals{},
+		hubs:       map[any]*hub{},
 	}
 }
 
-// renewalsFor returns the scheduler that renews the Locker's holds on c.
+// sharedLockers holds the Lockers of the locks of NewRedisLock, one per
+// store, while they hold or wait for anything: a store that no longer holds
+// or waits is forgotten, so that nothing runs, and nothing is kept, for it.
+var sharedLockers = struct {
+	sync.Mutex
+	m map[any]*Locker
+}{m: map[any]*Locker{}}
+
+// owner returns the Locker of rl: its own, or for a lock of NewRedisLock,
+// the one its store shares (a new one if the store has none now; it is
+// known to sharedLockers from the moment it holds or waits for anything).
+// A store that cannot be compared gets a Locker per lock.
+func (rl *RedisLock) owner() *Locker {
+	if rl.locker != nil {
+		return rl.locker
+	}
+	key := any(rl)
+	if reflect.ValueOf(rl.store).Comparable() {
+		key = rl.store
+	}
+	sharedLockers.Lock()
+	defer sharedLockers.Unlock()
+	if l := sharedLockers.m[key]; l != nil {
+		return l
+	}
+	l := NewLocker(rl.store)
+	l.shared = key
+	return l
+}
+
+// knownOwner returns the Locker of rl if it has one now; nil for a lock of
+// NewRedisLock whose store holds and waits for nothing.
+func (rl *RedisLock) knownOwner() *Locker {
+	if rl.locker != nil {
+		return rl.locker
+	}
+	sharedLockers.Lock()
+	defer sharedLockers.Unlock()
+	if reflect.ValueOf(rl.store).Comparable() {
+		if l := sharedLockers.m[rl.store]; l != nil {
+			return l
+		}
+	}
+	return sharedLockers.m[rl]
+}
+
+// busier counts a scheduler that has holds now (+1) or no longer (-1), or a
+// hub opened or closed. A shared Locker is known while busy.
+func (l *Locker) busier(by int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busierLocked(by)
+}
+
+func (l *Locker) busierLocked(by int) {
+	l.busy += by
+	if l.shared == nil {
+		return
+	}
+	sharedLockers.Lock()
+	defer sharedLockers.Unlock()
+	switch cur := sharedLockers.m[l.shared]; {
+	case l.busy == 0 && cur == l:
+		delete(sharedLockers.m, l.shared)
+	case l.busy > 0 && cur == nil:
+		sharedLockers.m[l.shared] = l
+	}
+}
+
+// renewalsFor returns the scheduler of the Locker's holds on c.
 func (l *Locker) renewalsFor(c clock) *renewals {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.schedulers[c]
 	if s == nil {
-		s = &renewals{clock: c}
+		s = &renewals{clock: c, locker: l}
 		l.schedulers[c] = s
 	}
 	return s
@@ -139,6 +213,9 @@ func (l *Locker) isClosed() bool {
 
 // track records a live hold of rl; false when the Locker is closed.
 func (l *Locker) track(rl *RedisLock, h *hold) bool {
+	if l.shared != nil {
+		return true // never closed
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isClosed() {
@@ -150,6 +227,9 @@ func (l *Locker) track(rl *RedisLock, h *hold) bool {
 
 // forget drops a hold that ended.
 func (l *Locker) forget(h *hold) {
+	if l.shared != nil {
+		return
+	}
 	l.mu.Lock()
 	delete(l.holds, h)
 	l.mu.Unlock()

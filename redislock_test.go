@@ -548,7 +548,7 @@ func TestNoGoroutineBetweenRenewals(t *testing.T) {
 func watchdogGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "redislock.(*RedisLock).watch(")
+	return strings.Count(string(buf), "redislock.(*renewals).run(")
 }
 
 func TestNothingRenewsAfterRelease(t *testing.T) {

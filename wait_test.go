@@ -237,9 +237,13 @@ func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
 
 // queueLen returns how many AcquireWaits wait on rl's channel in its hub.
 func queueLen(rl *RedisLock) int {
-	hubs.Lock()
-	defer hubs.Unlock()
-	for _, h := range hubs.m {
+	l := rl.knownOwner()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.hubs {
 		h.mu.Lock()
 		c := h.chans[rl.channel]
 		n := 0
@@ -254,13 +258,19 @@ func queueLen(rl *RedisLock) int {
 	return 0
 }
 
-// requireNoHubs fails if a subscription is still open.
+// requireNoHubs fails if a subscription of NewRedisLock's locks is still
+// open.
 func requireNoHubs(t testing.TB) {
 	t.Helper()
-	hubs.Lock()
-	defer hubs.Unlock()
-	if n := len(hubs.m); n != 0 {
-		t.Fatalf("%d subscriptions left open", n)
+	sharedLockers.Lock()
+	defer sharedLockers.Unlock()
+	for _, l := range sharedLockers.m {
+		l.mu.Lock()
+		n := len(l.hubs)
+		l.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d subscriptions left open", n)
+		}
 	}
 }
 

@@ -35,16 +35,17 @@ func WithPubSub(s Subscriber) Option {
 // first attempt; past that it goes on and paces itself by its RetryStrategy.
 const subscribeWait = time.Second
 
-// A hub is the one subscription of one client, shared by every RedisLock of
-// that client that waits, multiplexing their channels. It opens with the
-// first waiter and closes when the last one leaves.
+// A hub is a Locker's one subscription through one client, shared by every
+// lock of the Locker that waits, multiplexing their channels. It opens with
+// the first waiter and closes when the last one leaves.
 type hub struct {
-	key    any // in hubs.m
+	locker *Locker
+	key    any // in locker.hubs
 	ps     *redis.PubSub
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the reader goroutine has returned
-	users  int           // waiters joined; guarded by hubs.mu
+	users  int           // waiters joined; guarded by locker.mu
 
 	mu      sync.Mutex
 	chans   map[string]*channel
@@ -69,12 +70,6 @@ func (c *channel) unblock() {
 	}
 }
 
-// hubs is the registry of open hubs, by client.
-var hubs = struct {
-	sync.Mutex
-	m map[any]*hub
-}{m: map[any]*hub{}}
-
 // A waiter is one AcquireWait in the queue of its channel. Only the head of
 // a queue makes attempts; the others wait for their turn.
 type waiter struct {
@@ -89,9 +84,9 @@ type waiter struct {
 	promoted bool // now the head, after a waiter of ours acquired the lock
 }
 
-// hubKey returns the key of rl's hub in the registry: the Subscriber
-// itself when it can be compared (a client pointer, as a rule), else rl,
-// which then has a hub of its own.
+// hubKey returns the key of rl's hub in its Locker: the Subscriber itself
+// when it can be compared (a client pointer, as a rule), else rl, which
+// then has a hub of its own.
 func (rl *RedisLock) hubKey() any {
 	if reflect.ValueOf(rl.pubsub).Comparable() {
 		return rl.pubsub
@@ -105,9 +100,13 @@ func (rl *RedisLock) othersWaiting() bool {
 	if rl.pubsub == nil {
 		return false
 	}
-	hubs.Lock()
-	defer hubs.Unlock()
-	h := hubs.m[rl.hubKey()]
+	l := rl.knownOwner()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hubs[rl.hubKey()]
 	if h == nil {
 		return false
 	}
@@ -160,20 +159,22 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 // when the Subscriber gives no PubSub.
 func (rl *RedisLock) useHub() *hub {
 	key := rl.hubKey()
-	hubs.Lock()
-	defer hubs.Unlock()
-	h := hubs.m[key]
+	l := rl.owner()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hubs[key]
 	if h == nil {
-		if h = openHub(key, rl.pubsub); h == nil {
+		if h = openHub(l, key, rl.pubsub); h == nil {
 			return nil
 		}
-		hubs.m[key] = h
+		l.hubs[key] = h
+		l.busierLocked(1)
 	}
 	h.users++
 	return h
 }
 
-func openHub(key any, s Subscriber) *hub {
+func openHub(l *Locker, key any, s Subscriber) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := s.Subscribe(ctx)
 	if ps == nil {
@@ -182,6 +183,7 @@ func openHub(key any, s Subscriber) *hub {
 		return nil
 	}
 	h := &hub{
+		locker:  l,
 		key:     key,
 		ps:      ps,
 		ctx:     ctx,
@@ -370,13 +372,15 @@ func (w *waiter) leave(handOver func(c *channel, next *waiter)) {
 	}
 	h.mu.Unlock()
 
-	hubs.Lock()
+	l := h.locker
+	l.mu.Lock()
 	h.users--
 	last := h.users == 0
 	if last {
-		delete(hubs.m, h.key)
+		delete(l.hubs, h.key)
+		l.busierLocked(-1)
 	}
-	hubs.Unlock()
+	l.mu.Unlock()
 	if last {
 		h.cancel()
 		_ = h.ps.Close()

@@ -4,8 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"reflect"
-	"strings"
+		"strings"
 	"sync"
 	"time"
 
@@ -13,38 +12,43 @@ import (
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
-// The watchdog: one renewal scheduler per Locker (and one per store and
-// clock for the locks of NewRedisLock, shared through a registry) renews
-// every hold that is due with as few round trips as it can: a pipeline of
-// owner-checked renewals, up to maxBatch a round trip, where the store has
-// pipelines (go-redis clients, go-zero's store), else one call per hold.
+// The watchdog: one scheduler per Locker and clock (the locks of
+// NewRedisLock share their store's Locker) keeps every live hold's
+// deadlines: it renews the holds whose renewal is due with as few round
+// trips as it can (a pipeline of owner-checked renewals, up to maxBatch a
+// round trip, where the store has pipelines; else one call per hold), ends
+// a hold whose lease ran out by our own accounting, and ends a hold at its
+// maximum hold.
 //
-// It runs on one timer, not in a goroutine of its own: when renewals are
-// due, the timer's goroutine sends them, records the replies, and arms the
-// timer for the next. Runs never overlap. A hold costs no timer of its own
-// for renewal; its lease deadline has one (h.timer), which a successful
-// renewal pushes back, so that it fires only when the lease really runs
-// out, even while a batch is stuck in the network.
+// It runs on one timer, not in a goroutine of its own, armed for the
+// earliest deadline of all its holds: when it fires, the timer's goroutine
+// takes the holds that are due, re-queues them by their next deadline,
+// re-arms the timer, and only then sends the renewals and records the
+// replies. A batch stuck in the network thus holds up no deadline: the next
+// run ends its holds when their leases run out. A held lock has no timer
+// and no goroutine of its own.
 
 // maxBatch caps the renewals of one pipeline.
 const maxBatch = 1000
 
-// renewals is a renewal scheduler: the holds it renews, by next renewal.
+// renewals is a renewal scheduler: every live hold of its Locker on its
+// clock, by its next deadline.
 type renewals struct {
-	clock clock
-	key   any // in the registry; nil for a Locker's
+	clock  clock
+	locker *Locker
 
 	mu      sync.Mutex
-	queue   holdQueue // renewing holds not in a batch, earliest first
+	queue   holdQueue // live holds, earliest deadline first
 	wake    timer     // runs the scheduler; nil until first armed
-	running bool      // a run is under way; it arms wake when it ends
+	armedAt time.Time // when wake fires; zero when it is not armed
+	runs    int       // runs under way, with their batches
 }
 
-// holdQueue is a min-heap of holds by nextRenew.
+// holdQueue is a min-heap of holds by due.
 type holdQueue []*hold
 
 func (q holdQueue) Len() int           { return len(q) }
-func (q holdQueue) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
+func (q holdQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
 func (q holdQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].index, q[j].index = i, j
@@ -63,85 +67,68 @@ func (q *holdQueue) Pop() any {
 	return h
 }
 
-// registry holds the schedulers of the locks of NewRedisLock, one per store
-// and clock, while they renew anything: a store that holds nothing is
-// forgotten.
-var registry = struct {
-	sync.Mutex
-	m map[any]*renewals
-}{m: map[any]*renewals{}}
-
-type registryKey struct {
-	store any
-	clock clock
+// nextDeadline returns when the scheduler must next look at h: its lease
+// deadline, its maximum hold, and its next renewal unless one is in the
+// network or it does not renew. The caller holds h.rl.mu.
+func (h *hold) nextDeadline() time.Time {
+	at := h.until
+	if m := h.rl.maxHold; m > 0 && h.started.Add(m).Before(at) {
+		at = h.started.Add(m)
+	}
+	if h.state == renewing && h.renewal == nil && h.rl.watchdog && h.nextRenew.Before(at) {
+		at = h.nextRenew
+	}
+	return at
 }
 
-// scheduler returns the scheduler that renews rl's holds.
-func (rl *RedisLock) scheduler() *renewals {
-	if rl.locker != nil {
-		return rl.locker.renewalsFor(rl.clock)
-	}
-	var key any = rl // a store that cannot be compared: a scheduler per lock
-	if reflect.ValueOf(rl.store).Comparable() && reflect.ValueOf(rl.clock).Comparable() {
-		key = registryKey{rl.store, rl.clock}
-	}
-	registry.Lock()
-	defer registry.Unlock()
-	s := registry.m[key]
-	if s == nil {
-		s = &renewals{clock: rl.clock, key: key}
-		registry.m[key] = s
-	}
-	return s
-}
-
-// add puts h in the scheduler's queue for a renewal at h.nextRenew.
-// The caller holds h.rl.mu.
-func (s *renewals) add(h *hold) {
-	if s.key != nil {
-		registry.Lock()
-		defer registry.Unlock()
-		if registry.m[s.key] == nil { // forgotten while idle: known again
-			registry.m[s.key] = s
-		}
-	}
+// schedule (re)queues h by its next deadline. The caller holds h.rl.mu.
+func (s *renewals) schedule(h *hold) {
+	due := h.nextDeadline()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	heap.Push(&s.queue, h)
-	if !s.running && s.queue[0] == h {
-		s.armLocked(h.nextRenew)
+	wasIdle := s.idleLocked()
+	h.due = due
+	if h.index >= 0 && h.index < len(s.queue) && s.queue[h.index] == h {
+		heap.Fix(&s.queue, h.index)
+	} else {
+		heap.Push(&s.queue, h)
+	}
+	if wasIdle {
+		s.locker.busier(1)
+	}
+	if first := s.queue[0].due; s.armedAt.IsZero() || first.Before(s.armedAt) {
+		s.armLocked(first)
 	}
 }
 
-// remove takes h out of the queue (its hold ended, or stopped renewing).
-// The caller holds h.rl.mu.
+// remove takes h out of the queue: it ended. The caller holds h.rl.mu.
 func (s *renewals) remove(h *hold) {
-	if s.key != nil {
-		registry.Lock()
-		defer registry.Unlock()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h.index >= 0 && h.index < len(s.queue) && s.queue[h.index] == h {
 		heap.Remove(&s.queue, h.index)
+		s.idledLocked()
 	}
-	s.forgetIfIdleLocked()
 }
 
-// forgetIfIdleLocked drops an idle scheduler from the registry. The caller
-// holds s.mu, and registry's lock when s is in the registry.
-func (s *renewals) forgetIfIdleLocked() {
-	if len(s.queue) == 0 && !s.running {
-		if s.wake != nil {
-			s.wake.Stop()
-		}
-		if s.key != nil && registry.m[s.key] == s {
-			delete(registry.m, s.key)
-		}
+func (s *renewals) idleLocked() bool { return len(s.queue) == 0 && s.runs == 0 }
+
+// idledLocked stops the timer of a scheduler with nothing left to do and
+// tells its Locker. The caller holds s.mu and has just removed a hold or
+// ended a run.
+func (s *renewals) idledLocked() {
+	if !s.idleLocked() {
+		return
 	}
+	if s.wake != nil {
+		s.wake.Stop()
+	}
+	s.armedAt = time.Time{}
+	s.locker.busier(-1)
 }
 
 func (s *renewals) armLocked(at time.Time) {
+	s.armedAt = at
 	d := at.Sub(s.clock.Now())
 	if s.wake == nil {
 		s.wake = s.clock.WatchFunc(d, s.run)
@@ -150,68 +137,75 @@ func (s *renewals) armLocked(at time.Time) {
 	}
 }
 
-// run is one run of the scheduler, in its timer's goroutine: it renews the
-// holds that are due (and those due within a tenth of their renewal
-// interval, so that holds taken at different times share batches), then
-// arms the timer for the next.
+// run is one run of the scheduler, in its timer's goroutine: it deals with
+// the holds that are due, renewing those whose renewal is due (or due
+// within a thirtieth of their lease, so that holds taken at different
+// times share batches).
 func (s *renewals) run() {
 	s.mu.Lock()
-	if s.running {
-		s.mu.Unlock()
-		return
-	}
-	s.running = true
+	s.armedAt = time.Time{}
 	now := s.clock.Now()
 	var due []*hold
-	for len(s.queue) > 0 {
-		h := s.queue[0]
-		if h.nextRenew.After(now.Add(h.lease / 30)) {
-			break
-		}
+	for len(s.queue) > 0 && !s.queue[0].due.After(now.Add(s.queue[0].lease/30)) {
 		due = append(due, heap.Pop(&s.queue).(*hold))
+	}
+	s.runs++
+	s.mu.Unlock()
+
+	inFlight := make(chan struct{})
+	var batch []*hold
+	for _, h := range due {
+		if h.rl.dueLocked(h, now, inFlight) {
+			batch = append(batch, h)
+		}
+	}
+	s.mu.Lock()
+	if s.armedAt.IsZero() && len(s.queue) > 0 {
+		s.armLocked(s.queue[0].due) // before the batch: its deadlines hold
 	}
 	s.mu.Unlock()
 
-	for len(due) > 0 {
-		n := min(len(due), maxBatch)
-		renewBatch(due[:n], now)
-		due = due[n:]
+	for len(batch) > 0 {
+		n := min(len(batch), maxBatch)
+		renewBatch(batch[:n], now)
+		batch = batch[n:]
 	}
+	close(inFlight)
 
-	if s.key != nil {
-		registry.Lock()
-		defer registry.Unlock()
-	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.running = false
-	if len(s.queue) > 0 {
-		s.armLocked(s.queue[0].nextRenew)
+	s.runs--
+	s.idledLocked()
+	s.mu.Unlock()
+}
+
+// dueLocked deals with h, taken from its scheduler's queue at now: it ends
+// h at its maximum hold or when its lease ran out, marks it in flight
+// (true) when its renewal is due, and requeues it if it is still live.
+func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (renew bool) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	switch {
+	case !h.live():
+		return false
+	case rl.maxHold > 0 && !now.Before(h.started.Add(rl.maxHold)):
+		rl.maxHoldReachedLocked(h)
+		return false
+	case !now.Before(h.until):
+		rl.leaseRanOutLocked(h)
+		return false
+	case h.state == renewing && h.renewal == nil && rl.watchdog && !h.nextRenew.After(now.Add(h.lease/30)):
+		h.renewal = inFlight
+		renew = true
 	}
-	s.forgetIfIdleLocked()
+	h.renewals.schedule(h)
+	return renew
 }
 
 // renewBatch renews holds, all of one store, sent at sent, and records each
 // reply: renewed; gone or taken (that hold ends with ErrLockLost); or an
 // error (retried with backoff). A failure of the whole batch is transient
 // for all of them and changes no deadline.
-func renewBatch(holds []*hold, sent time.Time) {
-	inFlight := make(chan struct{})
-	var batch []*hold
-	for _, h := range holds {
-		rl := h.rl
-		rl.mu.Lock()
-		pastMaxHold := rl.maxHold > 0 && !sent.Before(h.started.Add(rl.maxHold))
-		if h.state == renewing && !pastMaxHold { // the maximum hold ends it
-			h.renewal = inFlight
-			batch = append(batch, h)
-		}
-		rl.mu.Unlock()
-	}
-	defer close(inFlight)
-	if len(batch) == 0 {
-		return
-	}
+func renewBatch(batch []*hold, sent time.Time) {
 	ok, errs := extendAll(batch, sent)
 	var renewed, lost, failed float64
 	var undo []*hold
@@ -259,7 +253,7 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 		return ok, errs
 	}
 	// The batch's deadline is the latest validity deadline among its holds:
-	// each hold's own lease timer ends it on time.
+	// the scheduler ends each hold on time, whatever the batch does.
 	var until time.Time
 	for _, h := range holds {
 		h.rl.mu.Lock()
@@ -445,39 +439,32 @@ func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) (undo 
 		if h.state == renewing {
 			logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %s",
 				rl.key, h.id, h.failures, backoff, bare(err))
-			h.renewals.add(h)
 		}
+		h.renewals.schedule(h)
 	case !ok:
 		rl.endLocked(h, rl.lostErr("renewal found the key gone or taken"))
 	default:
 		rl.extendedLocked(h, sent)
-		h.timer.Reset(h.until.Sub(rl.clock.Now())) // fires only if the lease runs out
 		h.failures = 0
 		h.nextRenew = sent.Add(interval)
-		if h.state == renewing {
-			h.renewals.add(h)
-		}
+		h.renewals.schedule(h)
 	}
 	return false
 }
 
-// maxHoldReached ends h at its maximum hold and releases the lock, in that
-// order: Done closes and Until turns zero before the key can be taken by
-// anyone else, so the holder never believes it holds a lock that another
-// may hold. A Release of that hold returns once this release is over
-// (within its context).
-func (rl *RedisLock) maxHoldReached(h *hold) {
-	rl.mu.Lock()
-	if !h.live() {
-		rl.mu.Unlock()
-		return
-	}
+// maxHoldReachedLocked ends h at its maximum hold and then releases the
+// lock, in that order: Done closes and Until turns zero before the key can
+// be taken by anyone else, so the holder never believes it holds a lock
+// that another may hold. A Release of that hold returns once this release
+// is over (within its context). The caller holds rl.mu.
+func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 	releasing := make(chan struct{})
 	h.selfRelease = releasing
 	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-	rl.mu.Unlock()
-	defer close(releasing)
-	rl.releaseQuietly(h.parent, h.id, h.lease)
+	go func() { // a round trip of its own, never on the scheduler's path
+		defer close(releasing)
+		rl.releaseQuietly(h.parent, h.id, h.lease)
+	}()
 }
 
 // retryBackoff is the wait before renewal attempt n+1 after n failures in a

@@ -37,14 +37,15 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	}
 }
 
-// requireNoSchedulers checks that no scheduler of NewRedisLock's locks is
-// left: nothing renews when nothing is held.
+// requireNoSchedulers checks that no Locker of NewRedisLock's locks is
+// left: nothing renews when nothing is held, and an unused store is
+// forgotten.
 func requireNoSchedulers(t *testing.T) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "schedulers forgotten", func() bool {
-		registry.Lock()
-		defer registry.Unlock()
-		return len(registry.m) == 0
+	waitFor(t, 10*time.Second, "shared Lockers forgotten", func() bool {
+		sharedLockers.Lock()
+		defer sharedLockers.Unlock()
+		return len(sharedLockers.m) == 0
 	})
 }
 
