@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-		"strings"
+	"strings"
 	"sync"
 	"time"
 
