@@ -200,3 +200,230 @@ func (rl *RedisLock) lifeOf(h *hold) context.Context {
 func (rl *RedisLock) lostErr(why string) error {
 	return fmt.Errorf("%w: %q: %s", ErrLockLost, rl.key, why)
 }
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// leftToExpire records that h's key was left to expire with its lease: a
+// renewal that was in the network then, and gets through, is undone.
+func (rl *RedisLock) leftToExpire(h *hold) {
+	rl.mu.Lock()
+	h.keyLeft = true
+	rl.mu.Unlock()
+}
+
+// giveBack counts one acquisition released. It returns the reason of a hold
+// that had ended already, and last with the hold when this was the final
+// acquisition of a live hold, which it ends (the caller counts the end).
+func (rl *RedisLock) giveBack() (h *hold, last bool, endErr error) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	h = rl.cur
+	switch {
+	case h == nil || h.count == 0:
+		return nil, false, nil
+	case !h.live():
+		h.count--
+		return h, false, h.err
+	case h.count > 1:
+		h.count--
+		return h, false, nil
+	}
+	h.count = 0
+	rl.closeLocked(h, nil)
+	return h, true, nil
+}
+
+// liveHold returns the current hold if it is live and counts acquisitions.
+// The caller holds rl.mu.
+func (rl *RedisLock) liveHold() *hold {
+	if h := rl.cur; h != nil && h.count > 0 && h.live() {
+		return h
+	}
+	return nil
+}
+
+// acquire makes a first acquisition. The caller holds rl.op.
+func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
+	id := newID()
+	sent := rl.clock.Now()
+	reply, err := rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds())
+	var token int64
+	var pttl time.Duration
+	if err == nil {
+		token, pttl, err = rl.parseAcquire(reply)
+	}
+	switch {
+	case err != nil:
+		if ambiguous(err) {
+			// The script may have run, its reply lost: the key may hold
+			// this attempt's id, which nobody else has; or it may run
+			// later. Give the id back, for good.
+			rl.abandon(ctx, id, lease)
+		}
+		return false, 0, opErr("acquire", rl.key, err)
+	case token < 0:
+		return false, pttl, nil // held by another owner
+	case ctx.Err() != nil:
+		// The caller gave up while the lock was being taken: give it back.
+		rl.abandon(ctx, id, lease)
+		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
+	}
+	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
+		rl.releaseQuietly(ctx, id, lease)
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
+	return true, 0, nil
+}
+
+// reenter counts one more acquisition of a live hold. The caller holds rl.op.
+func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
+	sent := rl.clock.Now()
+	ok, err := rl.extend(ctx, h.id, h.lease)
+	if err != nil {
+		return false, opErr("re-enter", rl.key, err)
+	}
+	rl.mu.Lock()
+	if !ok {
+		err := rl.endLocked(h, rl.lostErr("re-entry found the key gone or taken"))
+		rl.mu.Unlock()
+		return false, err
+	}
+	if !h.live() {
+		// The hold ended while we were extending it: its lease ran out, its
+		// maximum hold came, or its last acquisition was given back by a
+		// ReleaseCtx with an ended context (no round trip, so no turn to
+		// wait for). The key we just extended is no longer ours to keep.
+		err := h.err
+		rl.mu.Unlock()
+		rl.releaseQuietly(ctx, h.id, h.lease)
+		if err != nil {
+			return false, err
+		}
+		// Released: the release came first, so this is a first acquisition.
+		lease := time.Duration(rl.expiry.Load())
+		if err := validExpiry(lease); err != nil {
+			return false, err
+		}
+		ok, _, err := rl.acquire(ctx, lease)
+		return ok, err
+	}
+	h.count++
+	rl.extendedLocked(h, sent)
+	rl.mu.Unlock()
+	return true, nil
+}
+
+// lockOp takes the token of the calls that talk to Redis, within ctx.
+func (rl *RedisLock) lockOp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case rl.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (rl *RedisLock) unlockOp() { <-rl.op }
+
+// lockerClosed reports whether rl's Locker, if any, was closed.
+func (rl *RedisLock) lockerClosed() bool {
+	return rl.locker != nil && rl.locker.isClosed()
+}
+
+// acquireCtx is AcquireCtx, also returning the holder's remaining lease when
+// another owner holds the lock (negative when its key has no expiry).
+func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
+	if err := rl.lockOp(ctx); err != nil {
+		return false, 0, opErr("acquire", rl.key, err)
+	}
+	defer rl.unlockOp()
+
+	rl.mu.Lock()
+	if h := rl.cur; h != nil && h.count > 0 {
+		if !h.live() {
+			err := h.err
+			rl.mu.Unlock()
+			countAcquire(true, false, err)
+			return false, 0, err
+		}
+		if rl.lockerClosed() {
+			rl.mu.Unlock()
+			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
+		}
+		rl.mu.Unlock()
+		ok, err := rl.reenter(ctx, h)
+		countAcquire(true, ok, err)
+		return ok, 0, err
+	}
+	rl.mu.Unlock()
+	if rl.lockerClosed() {
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
+
+	lease := time.Duration(rl.expiry.Load())
+	if err := validExpiry(lease); err != nil {
+		return false, 0, err
+	}
+	ok, pttl, err := rl.acquire(ctx, lease)
+	countAcquire(false, ok, err)
+	return ok, pttl, err
+}
+
+// releasedOne finishes a ReleaseCtx that gave back an acquisition of h
+// that was not its last, or one of a hold that had ended with endErr.
+// The caller holds rl.op.
+func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
+	rl.mu.Lock()
+	releasing, inFlight := h.selfRelease, h.renewal
+	lastOfEnded := endErr != nil && h.count == 0
+	rl.mu.Unlock()
+	switch {
+	case endErr != nil && releasing != nil:
+		// The watchdog is releasing the key of the hold it ended at
+		// its maximum hold: return once it has.
+		select {
+		case <-releasing:
+		case <-ctx.Done():
+		}
+	case lastOfEnded && inFlight != nil:
+		// A renewal sent before the hold ended is still in the
+		// network: delete the key if it still holds our id, so that
+		// the renewal finds nothing to extend once we return.
+		if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+			logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
+		}
+	}
+}
+
+// releaseLast deletes the key of h, whose last acquisition ReleaseCtx gave
+// back (the hold has ended). The caller holds rl.op.
+func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
+	deleted, err := rl.release(ctx, h.id, h.lease, 0)
+	switch {
+	case err != nil:
+		rl.leftToExpire(h)
+		rl.countEnd(h, nil)
+		err = opErr("release", rl.key, err)
+	case !deleted:
+		// Someone deleted or took the key while we held it: a loss,
+		// learnt only now. Done is closed already; Err reports it.
+		err = rl.lostErr("release found the key gone or taken")
+		rl.mu.Lock()
+		h.err = err
+		rl.mu.Unlock()
+		rl.countEnd(h, err)
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
+	default:
+		rl.countEnd(h, nil)
+	}
+	// A renewal in the network is not waited for: it is owner-checked, and
+	// cannot bring back or extend the deleted key.
+	return err
+}

@@ -82,3 +82,19 @@ func countWait(start time.Time, err error) {
 	}
 	metricWait.ObserveFloat(time.Since(start).Seconds(), outcome)
 }
+
+// countAcquire records an acquisition attempt's result.
+func countAcquire(reentry, ok bool, err error) {
+	switch {
+	case ok && reentry:
+		metricAcquisitions.Inc("reentered")
+	case ok:
+		metricAcquisitions.Inc("acquired")
+	case errors.Is(err, ErrLockLost), errors.Is(err, ErrMaxHoldExceeded):
+		metricAcquisitions.Inc("lost")
+	case err != nil:
+		metricAcquisitions.Inc("error")
+	default:
+		metricAcquisitions.Inc("busy")
+	}
+}

@@ -125,3 +125,12 @@ func validExpiry(d time.Duration) error {
 func drift(lease time.Duration) time.Duration {
 	return lease/100 + 2*time.Millisecond
 }
+
+const (
+	millisPerSecond = 1000
+	// tolerance is what go-zero adds to SetExpire's seconds, in ms.
+	tolerance = 500
+	// selfReleaseTimeout bounds a release that no caller's context bounds:
+	// at the maximum hold, of an abandoned attempt, and Do's.
+	selfReleaseTimeout = 2 * time.Second
+)

@@ -1,32 +1,11 @@
-// Package redislock is a distributed, reentrant, self-renewing mutual
-// exclusion lock on Redis, shaped like go-zero's redis.RedisLock.
-//
-// A lock is one Redis string key holding its owner's random id, taken with
-// SET NX PX and deleted by an owner-checked script, so it interoperates with
-// go-zero's RedisLock and the classic recipe. On top of that, a RedisLock
-// counts re-entries, renews its lease in the background while held, and
-// tells its holder at once, through Done and Err, when the hold ends for any
-// reason other than its own Release.
 package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/zeromicro/go-zero/core/logx"
-)
-
-const (
-	millisPerSecond = 1000
-	// tolerance is what go-zero adds to SetExpire's seconds, in ms.
-	tolerance = 500
-	// selfReleaseTimeout bounds a release that no caller's context bounds:
-	// at the maximum hold, of an abandoned attempt, and Do's.
-	selfReleaseTimeout = 2 * time.Second
 )
 
 // A RedisLock is a lock on one Redis key. Make it with NewRedisLock; the zero
@@ -75,12 +54,6 @@ type RedisLock struct {
 	mu  sync.Mutex // guards cur and the fields of holds marked so
 	cur *hold      // the current or most recent hold
 }
-
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
 // arguments are not reported here but by the first call that needs them.
@@ -162,21 +135,6 @@ func (rl *RedisLock) check(ctx context.Context) error {
 	return nil
 }
 
-// lockOp takes the token of the calls that talk to Redis, within ctx.
-func (rl *RedisLock) lockOp(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case rl.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (rl *RedisLock) unlockOp() { <-rl.op }
-
 // Acquire is AcquireCtx with context.Background: the hold is renewed until
 // it is released, lost, or reaches the maximum hold.
 func (rl *RedisLock) Acquire() (bool, error) {
@@ -203,137 +161,6 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	}
 	ok, _, err := rl.acquireCtx(ctx)
 	return ok, err
-}
-
-// countAcquire records an acquisition attempt's result.
-func countAcquire(reentry, ok bool, err error) {
-	switch {
-	case ok && reentry:
-		metricAcquisitions.Inc("reentered")
-	case ok:
-		metricAcquisitions.Inc("acquired")
-	case errors.Is(err, ErrLockLost), errors.Is(err, ErrMaxHoldExceeded):
-		metricAcquisitions.Inc("lost")
-	case err != nil:
-		metricAcquisitions.Inc("error")
-	default:
-		metricAcquisitions.Inc("busy")
-	}
-}
-
-// acquireCtx is AcquireCtx, also returning the holder's remaining lease when
-// another owner holds the lock (negative when its key has no expiry).
-func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
-	if err := rl.lockOp(ctx); err != nil {
-		return false, 0, opErr("acquire", rl.key, err)
-	}
-	defer rl.unlockOp()
-
-	rl.mu.Lock()
-	if h := rl.cur; h != nil && h.count > 0 {
-		if !h.live() {
-			err := h.err
-			rl.mu.Unlock()
-			countAcquire(true, false, err)
-			return false, 0, err
-		}
-		if rl.lockerClosed() {
-			rl.mu.Unlock()
-			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
-		}
-		rl.mu.Unlock()
-		ok, err := rl.reenter(ctx, h)
-		countAcquire(true, ok, err)
-		return ok, 0, err
-	}
-	rl.mu.Unlock()
-	if rl.lockerClosed() {
-		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
-	}
-
-	lease := time.Duration(rl.expiry.Load())
-	if err := validExpiry(lease); err != nil {
-		return false, 0, err
-	}
-	ok, pttl, err := rl.acquire(ctx, lease)
-	countAcquire(false, ok, err)
-	return ok, pttl, err
-}
-
-// acquire makes a first acquisition. The caller holds rl.op.
-func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
-	id := newID()
-	sent := rl.clock.Now()
-	reply, err := rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds())
-	var token int64
-	var pttl time.Duration
-	if err == nil {
-		token, pttl, err = rl.parseAcquire(reply)
-	}
-	switch {
-	case err != nil:
-		if ambiguous(err) {
-			// The script may have run, its reply lost: the key may hold
-			// this attempt's id, which nobody else has; or it may run
-			// later. Give the id back, for good.
-			rl.abandon(ctx, id, lease)
-		}
-		return false, 0, opErr("acquire", rl.key, err)
-	case token < 0:
-		return false, pttl, nil // held by another owner
-	case ctx.Err() != nil:
-		// The caller gave up while the lock was being taken: give it back.
-		rl.abandon(ctx, id, lease)
-		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
-	}
-	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
-		rl.releaseQuietly(ctx, id, lease)
-		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
-	}
-	return true, 0, nil
-}
-
-// lockerClosed reports whether rl's Locker, if any, was closed.
-func (rl *RedisLock) lockerClosed() bool {
-	return rl.locker != nil && rl.locker.isClosed()
-}
-
-// reenter counts one more acquisition of a live hold. The caller holds rl.op.
-func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
-	sent := rl.clock.Now()
-	ok, err := rl.extend(ctx, h.id, h.lease)
-	if err != nil {
-		return false, opErr("re-enter", rl.key, err)
-	}
-	rl.mu.Lock()
-	if !ok {
-		err := rl.endLocked(h, rl.lostErr("re-entry found the key gone or taken"))
-		rl.mu.Unlock()
-		return false, err
-	}
-	if !h.live() {
-		// The hold ended while we were extending it: its lease ran out, its
-		// maximum hold came, or its last acquisition was given back by a
-		// ReleaseCtx with an ended context (no round trip, so no turn to
-		// wait for). The key we just extended is no longer ours to keep.
-		err := h.err
-		rl.mu.Unlock()
-		rl.releaseQuietly(ctx, h.id, h.lease)
-		if err != nil {
-			return false, err
-		}
-		// Released: the release came first, so this is a first acquisition.
-		lease := time.Duration(rl.expiry.Load())
-		if err := validExpiry(lease); err != nil {
-			return false, err
-		}
-		ok, _, err := rl.acquire(ctx, lease)
-		return ok, err
-	}
-	h.count++
-	rl.extendedLocked(h, sent)
-	rl.mu.Unlock()
-	return true, nil
 }
 
 // Release is ReleaseCtx with context.Background.
@@ -374,83 +201,15 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	defer rl.unlockOp()
 
 	h, last, endErr := rl.giveBack()
-	if h == nil {
+	switch {
+	case h == nil:
 		return false, nil
+	case last:
+		err := rl.releaseLast(ctx, h)
+		return err == nil, err
 	}
-	if !last {
-		rl.mu.Lock()
-		releasing, inFlight := h.selfRelease, h.renewal
-		lastOfEnded := endErr != nil && h.count == 0
-		rl.mu.Unlock()
-		switch {
-		case endErr != nil && releasing != nil:
-			// The watchdog is releasing the key of the hold it ended at
-			// its maximum hold: return once it has.
-			select {
-			case <-releasing:
-			case <-ctx.Done():
-			}
-		case lastOfEnded && inFlight != nil:
-			// A renewal sent before the hold ended is still in the
-			// network: delete the key if it still holds our id, so that
-			// the renewal finds nothing to extend once we return.
-			if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
-				logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
-			}
-		}
-		return endErr == nil, endErr
-	}
-	deleted, err := rl.release(ctx, h.id, h.lease, 0)
-	switch {
-	case err != nil:
-		rl.leftToExpire(h)
-		rl.countEnd(h, nil)
-		err = opErr("release", rl.key, err)
-	case !deleted:
-		// Someone deleted or took the key while we held it: a loss,
-		// learnt only now. Done is closed already; Err reports it.
-		err = rl.lostErr("release found the key gone or taken")
-		rl.mu.Lock()
-		h.err = err
-		rl.mu.Unlock()
-		rl.countEnd(h, err)
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
-	default:
-		rl.countEnd(h, nil)
-	}
-	// A renewal in the network is not waited for: it is owner-checked, and
-	// cannot bring back or extend the deleted key.
-	return err == nil, err
-}
-
-// leftToExpire records that h's key was left to expire with its lease: a
-// renewal that was in the network then, and gets through, is undone.
-func (rl *RedisLock) leftToExpire(h *hold) {
-	rl.mu.Lock()
-	h.keyLeft = true
-	rl.mu.Unlock()
-}
-
-// giveBack counts one acquisition released. It returns the reason of a hold
-// that had ended already, and last with the hold when this was the final
-// acquisition of a live hold, which it ends (the caller counts the end).
-func (rl *RedisLock) giveBack() (h *hold, last bool, endErr error) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	h = rl.cur
-	switch {
-	case h == nil || h.count == 0:
-		return nil, false, nil
-	case !h.live():
-		h.count--
-		return h, false, h.err
-	case h.count > 1:
-		h.count--
-		return h, false, nil
-	}
-	h.count = 0
-	rl.closeLocked(h, nil)
-	return h, true, nil
+	rl.releasedOne(ctx, h, endErr)
+	return endErr == nil, endErr
 }
 
 // TTL returns the remaining lease of the key as Redis sees it, checked
@@ -488,15 +247,6 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 		return -1, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// liveHold returns the current hold if it is live and counts acquisitions.
-// The caller holds rl.mu.
-func (rl *RedisLock) liveHold() *hold {
-	if h := rl.cur; h != nil && h.count > 0 && h.live() {
-		return h
-	}
-	return nil
 }
 
 // Token returns the fencing token of the live hold (see WithFencing): 0 when
@@ -560,30 +310,4 @@ func (rl *RedisLock) Err() error {
 		return nil
 	}
 	return rl.cur.err
-}
-
-// releaseQuietly deletes the key if id still owns it, for a hold that is
-// over already, within selfReleaseTimeout, and logs a failure.
-func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, lease, 0)
-}
-
-// abandonedFor is how long an attempt given up is remembered, so that a late
-// run of it cannot take the lock: a lease, and at least this long.
-const abandonedFor = time.Minute
-
-// abandon gives back the id of an acquisition attempt that failed or was
-// given up while it may have run, or may still run: its key is released if
-// it took it, and a late run of it will not take the lock for at least
-// abandonedFor (or its lease, if longer).
-func (rl *RedisLock) abandon(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, lease, max(lease, abandonedFor))
-}
-
-func (rl *RedisLock) giveBackID(ctx context.Context, id string, lease, abandon time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
-	defer cancel()
-	if _, err := rl.release(ctx, id, lease, abandon); err != nil {
-		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
-	}
 }

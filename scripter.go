@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/breaker"
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // Scripter runs a Lua script on Redis. It is the only thing a RedisLock needs
@@ -208,4 +209,30 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// releaseQuietly deletes the key if id still owns it, for a hold that is
+// over already, within selfReleaseTimeout, and logs a failure.
+func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
+	rl.giveBackID(ctx, id, lease, 0)
+}
+
+// abandonedFor is how long an attempt given up is remembered, so that a late
+// run of it cannot take the lock: a lease, and at least this long.
+const abandonedFor = time.Minute
+
+// abandon gives back the id of an acquisition attempt that failed or was
+// given up while it may have run, or may still run: its key is released if
+// it took it, and a late run of it will not take the lock for at least
+// abandonedFor (or its lease, if longer).
+func (rl *RedisLock) abandon(ctx context.Context, id string, lease time.Duration) {
+	rl.giveBackID(ctx, id, lease, max(lease, abandonedFor))
+}
+
+func (rl *RedisLock) giveBackID(ctx context.Context, id string, lease, abandon time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+	defer cancel()
+	if _, err := rl.release(ctx, id, lease, abandon); err != nil {
+		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
+	}
 }

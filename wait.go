@@ -24,7 +24,7 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // can be missed and waiting on a free lock costs what an acquisition costs.
 // Then it waits without polling: a release publishes a wake-up, and the
 // waiter that has waited longest in this process (per pub/sub client)
-// makes the next attempt; the others wait for their turn, so waiters of one
+// makes the next attempt; the others wait behind it, so waiters of one
 // process acquire in arrival order and a release costs one attempt per
 // waiting process. An attempt that loses learns the holder's remaining
 // lease, and the next attempt comes no later than its end (a holder that
@@ -91,9 +91,9 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		case waitCtx.Err() != nil && !first:
 			return rl.gaveUp(waitCtx)
 		}
-		head, turn, promoted := w.next()
+		head, attempt, siblingLease := w.next()
 		switch {
-		case head && turn:
+		case head && attempt:
 			first = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
@@ -127,13 +127,13 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 				d = min(d, pttl)
 			}
 			arm(max(d, 0))
-		case head && promoted > 0:
+		case head && siblingLease > 0:
 			// A waiter of ours holds it now; its release will wake us.
 			if w.subscribed() {
-				arm(promoted)
+				arm(siblingLease)
 			} else {
 				d, _ := rl.retry.Backoff(max(failures, 1))
-				arm(min(d, promoted))
+				arm(min(d, siblingLease))
 			}
 		}
 
@@ -188,13 +188,13 @@ func (rl *RedisLock) heldDone() <-chan struct{} {
 	return nil
 }
 
-// take gives w a turn of its own: its timer fired.
+// take lets w attempt: its timer fired.
 func (w *waiter) take() {
 	if w == nil {
 		return
 	}
 	w.hub.mu.Lock()
-	w.turn = true
+	w.attempt = true
 	w.hub.mu.Unlock()
 }
 

@@ -48,40 +48,41 @@ type hub struct {
 	users  int           // waiters joined; guarded by locker.mu
 
 	mu      sync.Mutex
-	chans   map[string]*channel
+	chans   map[string]*keyWaiters
 	pending map[string]int // SUBSCRIBEs sent and not yet confirmed
 }
 
-// channel is one pub/sub channel of a hub and its waiters, in arrival order.
-type channel struct {
+// keyWaiters are the waiters of one key in a hub, in arrival order, with
+// the state of its release channel's subscription.
+type keyWaiters struct {
 	queue     []*waiter
 	confirmed bool          // the server has confirmed our SUBSCRIBE
 	ready     chan struct{} // closed when confirmed, or when that is not to be
-	waitable  bool          // ready is still open
 	dropped   bool          // the subscription dropped since it was confirmed
 	lease     time.Duration // of the latest acquisition by one of our waiters
 }
 
 // unblock lets the waiters that wait for the subscription go on.
-func (c *channel) unblock() {
-	if c.waitable {
-		c.waitable = false
+func (c *keyWaiters) unblock() {
+	select {
+	case <-c.ready:
+	default:
 		close(c.ready)
 	}
 }
 
 // A waiter is one AcquireWait in the queue of its channel. Only the head of
-// a queue makes attempts; the others wait for their turn.
+// a queue makes attempts; the others wait behind it.
 type waiter struct {
 	hub    *hub
 	name   string
 	rl     *RedisLock
-	notify chan struct{} // cap 1: something changed, look at turn and promoted
+	notify chan struct{} // cap 1: something changed, look at attempt and siblingHolds
 	left   bool          // out of the queue; owned by the waiting goroutine
 
 	// Guarded by hub.mu.
-	turn     bool // attempt now: a release was published, or the head left
-	promoted bool // now the head, after a waiter of ours acquired the lock
+	attempt      bool // attempt now: a release was published, or the head left
+	siblingHolds bool // now the head, after a waiter of ours acquired the lock
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -132,7 +133,7 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 	h.mu.Lock()
 	c := h.chans[w.name]
 	if c == nil {
-		c = &channel{ready: make(chan struct{}), waitable: true}
+		c = &keyWaiters{ready: make(chan struct{})}
 		h.chans[w.name] = c
 		h.pending[w.name]++
 		if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
@@ -141,7 +142,7 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 		}
 	}
 	c.queue = append(c.queue, w)
-	w.turn = len(c.queue) == 1 // the first in line attempts at once
+	w.attempt = len(c.queue) == 1 // the first in line attempts at once
 	ready := c.ready
 	h.mu.Unlock()
 
@@ -189,7 +190,7 @@ func openHub(l *Locker, key any, s Subscriber) *hub {
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
-		chans:   map[string]*channel{},
+		chans:   map[string]*keyWaiters{},
 		pending: map[string]int{},
 	}
 	go h.read()
@@ -250,7 +251,7 @@ func (h *hub) confirm(name string) {
 	}
 }
 
-// released gives the turn to the head of the channel's queue.
+// released lets the head of the channel's queue attempt.
 func (h *hub) released(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -260,7 +261,7 @@ func (h *hub) released(name string) {
 }
 
 // dropped runs when the subscription failed: releases may have been missed,
-// so every head gets a turn, and until the server confirms the
+// so every head may attempt, and until the server confirms the
 // resubscription, waiters pace themselves by their RetryStrategy.
 func (h *hub) dropped(err error, failures int) {
 	if failures == 1 {
@@ -278,9 +279,9 @@ func (h *hub) dropped(err error, failures int) {
 }
 
 // give sets w's flags and wakes it. The caller holds w.hub.mu.
-func (w *waiter) give(turn, promoted bool) {
-	w.turn = w.turn || turn
-	w.promoted = w.promoted || promoted
+func (w *waiter) give(attempt, siblingHolds bool) {
+	w.attempt = w.attempt || attempt
+	w.siblingHolds = w.siblingHolds || siblingHolds
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -295,10 +296,11 @@ func (w *waiter) wake() <-chan struct{} {
 	return w.notify
 }
 
-// next tells an AcquireWait what to do now: attempt, or if it was just
-// promoted, how long a sibling's lease is. head is false while others in
+// next tells an AcquireWait what to do now: attempt, or, if it has just
+// become the head behind a sibling that holds the lock, how long the
+// sibling's lease is. head is false while others in
 // this process are before it.
-func (w *waiter) next() (head, turn bool, promotedLease time.Duration) {
+func (w *waiter) next() (head, attempt bool, siblingLease time.Duration) {
 	if w == nil {
 		return true, true, 0
 	}
@@ -307,11 +309,11 @@ func (w *waiter) next() (head, turn bool, promotedLease time.Duration) {
 	defer h.mu.Unlock()
 	c := h.chans[w.name]
 	head = len(c.queue) > 0 && c.queue[0] == w
-	turn, w.turn = w.turn, false
-	if w.promoted {
-		w.promoted, promotedLease = false, c.lease
+	attempt, w.attempt = w.attempt, false
+	if w.siblingHolds {
+		w.siblingHolds, siblingLease = false, c.lease
 	}
-	return head, turn, promotedLease
+	return head, attempt, siblingLease
 }
 
 // subscribed reports whether w's wake-ups can be counted on.
@@ -325,32 +327,32 @@ func (w *waiter) subscribed() bool {
 }
 
 // acquired takes w out of the queue after it acquired the lock with a lease
-// of lease. The next waiter becomes the head without a turn: the lock is
+// of lease. The next waiter becomes the head without an attempt: the lock is
 // ours, and its release will publish. If the next waiter shares w's
-// RedisLock, it gets a turn: it re-enters at once.
+// RedisLock, it may attempt: it re-enters at once.
 func (w *waiter) acquired(lease time.Duration) {
 	if w == nil || w.left {
 		return
 	}
-	w.leave(func(c *channel, next *waiter) {
+	w.leave(func(c *keyWaiters, next *waiter) {
 		c.lease = lease
 		next.give(next.rl == w.rl, true)
 	})
 }
 
 // quit takes w out of the queue without the lock; if it was the head, the
-// next waiter gets its turn, so a wake-up meant for w is not lost.
+// next waiter may attempt, so a wake-up meant for w is not lost.
 func (w *waiter) quit() {
 	if w == nil || w.left {
 		return
 	}
-	w.leave(func(_ *channel, next *waiter) { next.give(true, false) })
+	w.leave(func(_ *keyWaiters, next *waiter) { next.give(true, false) })
 }
 
 // leave removes w from its queue, calling handOver for the new head if w
 // was the head, unsubscribes a channel nobody waits on, and closes the hub
 // when its last waiter leaves.
-func (w *waiter) leave(handOver func(c *channel, next *waiter)) {
+func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	w.left = true
 	h := w.hub
 	h.mu.Lock()
