@@ -2,6 +2,8 @@ package redislock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,4 +144,161 @@ func toAny(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// clusterHolds takes n locks of l, with keys from key(i), and returns them.
+func clusterHolds(t *testing.T, l *Locker, n int, key func(i int) string) []*RedisLock {
+	t.Helper()
+	locks := make([]*RedisLock, n)
+	for i := range locks {
+		locks[i] = l.NewLock(key(i))
+		mustAcquire(t, locks[i])
+	}
+	return locks
+}
+
+// requireHeld fails if a lock's hold ended or its key does not hold its id.
+func requireHeld(t *testing.T, c *redis.ClusterClient, locks []*RedisLock, what string) {
+	t.Helper()
+	for _, rl := range locks {
+		if isClosed(rl.Done()) {
+			t.Fatalf("%s: %q lost: %v", what, rl.Key(), rl.Err())
+		}
+		if v := c.Get(context.Background(), rl.Key()).Val(); v != holderID(rl) {
+			t.Fatalf("%s: %q holds %q, want our id", what, rl.Key(), v)
+		}
+	}
+}
+
+// A slot migrated while its locks renew in batches with locks of other
+// slots: the pipeline follows ASK and MOVED per command, and no hold of the
+// migrating slot or of any other is lost.
+func TestClusterSlotMigrationUnderBatches(t *testing.T) {
+	c, nodes := startCluster(t)
+	ctx := context.Background()
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	l := NewLocker(FromGoRedis(c), WithExpiry(900*time.Millisecond))
+	t.Cleanup(func() { _ = l.Close() })
+	moving := clusterHolds(t, l, 20, func(i int) string { return fmt.Sprintf("{mig}:%d", i) })
+	others := clusterHolds(t, l, 100, func(i int) string { return fmt.Sprintf("other:%d", i) })
+	all := append(append([]*RedisLock{}, moving...), others...)
+	rounds := func(what string) { // two more renewal rounds, every lock kept
+		t.Helper()
+		for n := hook.pipelines.Load() + 2; hook.pipelines.Load() < n; time.Sleep(10 * time.Millisecond) {
+			for _, rl := range all {
+				if isClosed(rl.Done()) {
+					t.Fatalf("%s: %q lost: %v", what, rl.Key(), rl.Err())
+				}
+			}
+		}
+		requireHeld(t, c, all, what)
+	}
+
+	slot := int(hashSlot("{mig}"))
+	owner, err := c.MasterForKey(ctx, "{mig}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to *redis.Client
+	for _, n := range nodes {
+		switch {
+		case n.Options().Addr == owner.Options().Addr:
+			from = n
+		case to == nil:
+			to = n
+		}
+	}
+	fromID, toID := from.Do(ctx, "CLUSTER", "MYID").Val().(string), to.Do(ctx, "CLUSTER", "MYID").Val().(string)
+	must := func(cmd *redis.Cmd) {
+		t.Helper()
+		if err := cmd.Err(); err != nil {
+			t.Fatalf("%v: %v", cmd.Args(), err)
+		}
+	}
+	rounds("before the migration")
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID))
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID))
+	rounds("while the slot is migrating")
+	// Move the keys in two steps, so that a round renews with the slot's
+	// keys split between the nodes (ASK for the moved ones).
+	keys, err := from.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100).StringSlice()
+	if err != nil || len(keys) != len(moving) {
+		t.Fatalf("keys in slot %d: %v, %v", slot, keys, err)
+	}
+	host, port, _ := strings.Cut(to.Options().Addr, ":")
+	p, _ := strconv.Atoi(port)
+	half := len(keys) / 2
+	must(from.Do(ctx, append([]any{"MIGRATE", host, p, "", 0, 5000, "KEYS"}, toAny(keys[:half])...)...))
+	rounds("with half the slot's keys moved (ASK)")
+	must(from.Do(ctx, append([]any{"MIGRATE", host, p, "", 0, 5000, "KEYS"}, toAny(keys[half:])...)...))
+	rounds("with all its keys moved (ASK)")
+	for _, n := range nodes {
+		must(n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID))
+	}
+	rounds("after the slot moved (MOVED)")
+	for _, rl := range moving {
+		if v := to.Get(ctx, rl.Key()).Val(); v != holderID(rl) {
+			t.Fatalf("the target node holds %q for %q, want our id", v, rl.Key())
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, rl := range all {
+		if n := c.Exists(ctx, rl.Key()).Val(); n != 0 {
+			t.Fatalf("%q left after Close", rl.Key())
+		}
+	}
+}
+
+// A node paused longer than the lease: the holds of its keys end with
+// ErrLockLost when their leases run out, and the holds on the other nodes,
+// renewed in the same rounds, are kept.
+func TestClusterNodePausedLongerThanLease(t *testing.T) {
+	c, nodes := startCluster(t)
+	ctx := context.Background()
+	const lease = 600 * time.Millisecond
+	l := NewLocker(FromGoRedis(c), WithExpiry(lease))
+	t.Cleanup(func() { _ = l.Close() })
+	locks := clusterHolds(t, l, 90, func(i int) string { return fmt.Sprintf("pause:%d", i) })
+	paused := nodes[0]
+	var onPaused, elsewhere []*RedisLock
+	for _, rl := range locks {
+		n, err := c.MasterForKey(ctx, rl.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Options().Addr == paused.Options().Addr {
+			onPaused = append(onPaused, rl)
+		} else {
+			elsewhere = append(elsewhere, rl)
+		}
+	}
+	if len(onPaused) == 0 || len(elsewhere) == 0 {
+		t.Fatalf("%d locks on the paused node, %d elsewhere: the test needs both", len(onPaused), len(elsewhere))
+	}
+	time.Sleep(lease) // a few rounds first
+	requireHeld(t, c, locks, "before the pause")
+
+	// 1.5 s: over twice the lease, under the cluster's node timeout (2 s),
+	// so that the other nodes keep serving.
+	sleeping := make(chan error, 1)
+	go func() { sleeping <- paused.Do(ctx, "DEBUG", "SLEEP", "1.5").Err() }()
+	for _, rl := range onPaused {
+		waitDone(t, rl.Done(), "a hold on the paused node")
+		if !errors.Is(rl.Err(), ErrLockLost) {
+			t.Fatalf("%q ended with %v, want ErrLockLost", rl.Key(), rl.Err())
+		}
+	}
+	if err := <-sleeping; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease) // rounds after the pause
+	requireHeld(t, c, elsewhere, "after the pause")
+	for _, rl := range onPaused {
+		if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Release of a lost hold = %v, %v", ok, err)
+		}
+	}
 }

@@ -167,7 +167,7 @@ func (s *renewals) run() {
 
 	for len(batch) > 0 {
 		n := min(len(batch), maxBatch)
-		renewBatch(batch[:n], now)
+		renewByServer(batch[:n], now)
 		batch = batch[n:]
 	}
 	close(inFlight)
@@ -199,6 +199,57 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 	}
 	h.renewals.schedule(h)
 	return renew
+}
+
+// renewByServer renews batch, sent at sent: where the store spreads keys
+// over servers (a cluster or a ring), one pipeline per server, all at once,
+// so that a slow or paused server holds up the replies of its own holds
+// only, and the others' renewals count at once.
+func renewByServer(batch []*hold, sent time.Time) {
+	server := serverOf(batch[0].rl.store)
+	if server == nil {
+		renewBatch(batch, sent)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	groups := map[string][]*hold{}
+	for _, h := range batch {
+		addr := server(ctx, h.rl.key)
+		groups[addr] = append(groups[addr], h)
+	}
+	cancel()
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			renewBatch(g, sent)
+		}()
+	}
+	wg.Wait()
+}
+
+// serverOf returns the address of the server that holds a key of store,
+// as the client sees it now ("" when it does not know); nil when the store
+// has one server, or hides its servers.
+func serverOf(store Scripter) func(ctx context.Context, key string) string {
+	g, ok := store.(goRedis)
+	if !ok {
+		return nil
+	}
+	addr := func(c *redis.Client, err error) string {
+		if err != nil {
+			return ""
+		}
+		return c.Options().Addr
+	}
+	switch c := g.c.(type) {
+	case *redis.ClusterClient:
+		return func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
+	case *redis.Ring:
+		return func(_ context.Context, key string) string { return addr(c.GetShardClientForKey(key)) }
+	}
+	return nil
 }
 
 // renewBatch renews holds, all of one store, sent at sent, and records each
