@@ -57,7 +57,16 @@ func printFaultReport(w io.Writer) {
 		return
 	}
 	rows := append([]faultRow(nil), faultReport.rows...)
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Case < rows[j].Case })
+	number := func(c string) int { // "10. ..." sorts after "9b. ..."
+		n, _ := strconv.Atoi(strings.TrimRight(strings.SplitN(c, ".", 2)[0], "ab"))
+		return n
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if a, b := number(rows[i].Case), number(rows[j].Case); a != b {
+			return a < b
+		}
+		return rows[i].Case < rows[j].Case
+	})
 	fmt.Fprintln(w, "\nFault suite (real redis-server):")
 	fmt.Fprintln(w, "| case | injected | promise | runs | faults | violations |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")

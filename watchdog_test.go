@@ -100,8 +100,8 @@ func TestBatchSurvivesScriptFlush(t *testing.T) {
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
 	ctx := context.Background()
-	const n = 2000
-	locks := holdMany(t, c, "flush", n, 2*time.Second)
+	const n = 10000
+	locks := holdMany(t, c, "flush", n, 3*time.Second)
 	flushes := 0
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
@@ -122,14 +122,21 @@ func TestBatchSurvivesScriptFlush(t *testing.T) {
 			t.Logf("%s: %v", rl.Key(), rl.Err())
 		}
 	}
-	if lost != 0 {
-		t.Fatalf("%d of %d holds lost across %d SCRIPT FLUSHes", lost, n, flushes)
-	}
+	callerErrs := 0
 	for _, rl := range locks {
-		mustRelease(t, rl)
+		if ok, err := rl.Release(); !ok || err != nil {
+			callerErrs++
+			t.Logf("Release %s: %v, %v", rl.Key(), ok, err)
+		}
 	}
 	requireNoSchedulers(t)
 	t.Logf("%d script calls in %d pipelines across %d flushes", hook.commands.Load(), hook.pipelines.Load(), flushes)
+	recordFault(t, faultRow{
+		Case:      "9. SCRIPT FLUSH under batched renewal",
+		Injection: "SCRIPT FLUSH every 20 ms for 3 s while 10,000 locks (lease 3 s) renew in pipelines",
+		Promise:   "zero holds lost, zero errors to callers (NOSCRIPT answered by EVAL in the same round)",
+		Runs:      n, Faults: int64(flushes), Violations: int64(lost + callerErrs),
+	})
 }
 
 // A batch that fails whole (every connection cut, again and again within
