@@ -211,5 +211,16 @@ func TestLockerCloseUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d pieces of work before Close", done.Load())
-	requireNoHubs(t)
+	requireLockerIdle(t, l)
+}
+
+// requireLockerIdle checks that l has nothing left running: no scheduler
+// with holds or a run under way, and no subscription open.
+func requireLockerIdle(t *testing.T, l *Locker) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the Locker idle", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.busy == 0 && len(l.hubs) == 0
+	})
 }
