@@ -27,6 +27,7 @@ type Locker struct {
 	schedulers map[clock]*renewals  // keep its holds' deadlines, by time source
 	hubs       map[any]*hub         // its wake-up subscriptions, by Subscriber
 	busy       int                  // schedulers with holds, and open hubs
+	commits    commits              // group commit of its locks' script calls
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.

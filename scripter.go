@@ -81,13 +81,12 @@ var (
 // run runs script on keys and keeps redis.Nil from callers: none of our
 // scripts replies nil, so a nil reply is garbage.
 func (rl *RedisLock) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	var reply any
-	var err error
-	if rl.evaler != nil {
-		reply, err = rl.evaler.EvalCtx(ctx, sources[script], keys, args...)
-	} else {
-		reply, err = rl.store.ScriptRunCtx(ctx, script, keys, args...)
-	}
+	reply, err := rl.runGrouped(ctx, script, keys, args, func() (any, error) {
+		if rl.evaler != nil {
+			return rl.evaler.EvalCtx(ctx, sources[script], keys, args...)
+		}
+		return rl.store.ScriptRunCtx(ctx, script, keys, args...)
+	})
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
 		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, rl.acquireKeys[len(rl.acquireKeys)-1])
@@ -175,7 +174,7 @@ func ambiguous(err error) bool {
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
-		errors.Is(err, ErrCorruptFencingCounter):
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, errNotSent):
 		return false // Redis refused it, or it was never sent
 	}
 	return true

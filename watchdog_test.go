@@ -28,13 +28,25 @@ func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "evalsha" { // the connection's handshake
+		if !isRenewal(cmds) { // the handshake, or acquisitions and releases
 			return next(ctx, cmds)
 		}
 		p.pipelines.Add(1)
 		p.commands.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// isRenewal reports whether a pipeline is a batch of renewals.
+func isRenewal(cmds []redis.Cmder) bool {
+	if len(cmds) == 0 || len(cmds[0].Args()) < 2 {
+		return false
+	}
+	switch cmds[0].Args()[1] {
+	case extendScript.Hash(), extendMany.Hash(), extendSource, extendManySource:
+		return true
+	}
+	return false
 }
 
 // requireNoSchedulers checks that no Locker of NewRedisLock's locks is
@@ -178,7 +190,7 @@ func (b *blockingPipelines) DialHook(next redis.DialHook) redis.DialHook        
 func (b *blockingPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (b *blockingPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "evalsha" { // the connection's handshake
+		if !isRenewal(cmds) { // the handshake, or acquisitions and releases
 			return next(ctx, cmds)
 		}
 		if b.once.CompareAndSwap(false, true) {
