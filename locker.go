@@ -67,9 +67,7 @@ func (rl *RedisLock) owner() *Locker {
 	if l := sharedLockers.m[key]; l != nil {
 		return l
 	}
-	l := NewLocker(rl.store)
-	l.shared = key
-	return l
+	return &Locker{store: rl.store, shared: key} // its maps are made on first use
 }
 
 // knownOwner returns the Locker of rl if it has one now; nil for a lock of
@@ -117,6 +115,9 @@ func (l *Locker) renewalsFor(c clock) *renewals {
 	defer l.mu.Unlock()
 	s := l.schedulers[c]
 	if s == nil {
+		if l.schedulers == nil {
+			l.schedulers = map[clock]*renewals{}
+		}
 		s = &renewals{clock: c, locker: l}
 		l.schedulers[c] = s
 	}

@@ -168,6 +168,9 @@ func (rl *RedisLock) useHub() *hub {
 		if h = openHub(l, key, rl.pubsub); h == nil {
 			return nil
 		}
+		if l.hubs == nil {
+			l.hubs = map[any]*hub{}
+		}
 		l.hubs[key] = h
 		l.busierLocked(1)
 	}
