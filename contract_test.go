@@ -749,3 +749,36 @@ func TestHoldEndErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// Found by the fourth black-box review: every method of a nil *RedisLock
+// panicked. They report ErrNilStore, or that nothing is held.
+func TestNilRedisLockReportsErrNilStore(t *testing.T) {
+	var rl *RedisLock
+	ctx := context.Background()
+	if ok, err := rl.Acquire(); ok || !errors.Is(err, ErrNilStore) {
+		t.Errorf("Acquire = %v, %v", ok, err)
+	}
+	if ok, err := rl.AcquireCtx(ctx); ok || !errors.Is(err, ErrNilStore) {
+		t.Errorf("AcquireCtx = %v, %v", ok, err)
+	}
+	if err := rl.AcquireWait(ctx); !errors.Is(err, ErrNilStore) {
+		t.Errorf("AcquireWait = %v", err)
+	}
+	called := false
+	if err := rl.Do(ctx, func(context.Context) error { called = true; return nil }); !errors.Is(err, ErrNilStore) || called {
+		t.Errorf("Do = %v, fn called %v", err, called)
+	}
+	if ok, err := rl.Release(); ok || !errors.Is(err, ErrNilStore) {
+		t.Errorf("Release = %v, %v", ok, err)
+	}
+	if ok, err := rl.ReleaseCtx(ctx); ok || !errors.Is(err, ErrNilStore) {
+		t.Errorf("ReleaseCtx = %v, %v", ok, err)
+	}
+	if _, err := rl.TTL(ctx); !errors.Is(err, ErrNilStore) {
+		t.Errorf("TTL = %v", err)
+	}
+	rl.SetExpire(1)
+	if !isClosed(rl.Done()) || rl.Err() != nil || rl.Holds() != 0 || !rl.Until().IsZero() || rl.Token() != 0 || rl.Key() != "" {
+		t.Error("a nil RedisLock reports a hold")
+	}
+}

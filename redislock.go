@@ -9,7 +9,8 @@ import (
 )
 
 // A RedisLock is a lock on one Redis key. Make it with NewRedisLock; the zero
-// value is not usable (its methods report ErrNilStore). A RedisLock must not
+// value and a nil *RedisLock are not usable (their methods report
+// ErrNilStore, or hold nothing). A RedisLock must not
 // be copied after first use.
 //
 // Ownership belongs to the RedisLock value, not to a goroutine: every
@@ -110,6 +111,9 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 // the lease it began with. A negative or absurd value is reported as
 // ErrInvalidExpiry by Acquire.
 func (rl *RedisLock) SetExpire(seconds int) {
+	if rl == nil {
+		return
+	}
 	d := time.Duration(-1)
 	if seconds >= 0 && seconds <= int(MaxExpiry/time.Second) {
 		d = time.Duration(seconds*millisPerSecond+tolerance) * time.Millisecond
@@ -120,11 +124,18 @@ func (rl *RedisLock) SetExpire(seconds int) {
 }
 
 // Key returns the lock's Redis key.
-func (rl *RedisLock) Key() string { return rl.key }
+func (rl *RedisLock) Key() string {
+	if rl == nil {
+		return ""
+	}
+	return rl.key
+}
 
 // check reports a RedisLock that cannot be used, and a nil context.
 func (rl *RedisLock) check(ctx context.Context) error {
 	switch {
+	case rl == nil:
+		return ErrNilStore
 	case rl.err != nil:
 		return rl.err
 	case rl.store == nil || rl.clock == nil || rl.op == nil:
@@ -252,6 +263,9 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 // Token returns the fencing token of the live hold (see WithFencing): 0 when
 // nothing is held or the lock is not fenced.
 func (rl *RedisLock) Token() int64 {
+	if rl == nil {
+		return 0
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
@@ -266,6 +280,9 @@ func (rl *RedisLock) Token() int64 {
 // Redis may keep the key a little longer, never shorter, as long as clocks
 // run at the same rate. It is the zero time when nothing is held.
 func (rl *RedisLock) Until() time.Time {
+	if rl == nil {
+		return time.Time{}
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
@@ -277,6 +294,9 @@ func (rl *RedisLock) Until() time.Time {
 // Holds returns how many acquisitions the live hold counts: 0 when nothing
 // is held, including after the hold ended.
 func (rl *RedisLock) Holds() int {
+	if rl == nil {
+		return 0
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
@@ -290,6 +310,9 @@ func (rl *RedisLock) Holds() int {
 // holding context ended. It is already closed when nothing is held. A new
 // hold has a new channel.
 func (rl *RedisLock) Done() <-chan struct{} {
+	if rl == nil {
+		return closedChan
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if rl.cur == nil {
@@ -304,6 +327,9 @@ func (rl *RedisLock) Done() <-chan struct{} {
 // taken) or ErrMaxHoldExceeded, or the holding context's cause when the
 // lease ran out after that context ended.
 func (rl *RedisLock) Err() error {
+	if rl == nil {
+		return nil
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if rl.cur == nil {
