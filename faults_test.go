@@ -169,19 +169,25 @@ func TestFaultScriptFlushUnderGoZeroStore(t *testing.T) {
 	left := int64(len(admin.Keys(context.Background(), "ours:*").Val()))
 	noscript1 := errorCount(t, admin, "NOSCRIPT")
 
-	// The same load on go-zero's own RedisLock, with a store of its own (and
-	// so a circuit breaker of its own), for contrast.
-	theirs := goZeroStore(srv.Addr)
-	zErrs, zAcquired, zLeaked, zFlushes := flushLoad(t, srv, "theirs", func(key string) locker {
-		l := zredis.NewRedisLock(theirs, key)
-		l.SetExpire(10)
-		return l
-	})
-	noscript2 := errorCount(t, admin, "NOSCRIPT")
 	t.Logf("redislock through go-zero's store: %d acquisitions, %d errors, %d leaked locks, %d lost holds, %d keys left, %d NOSCRIPT replies, under %d SCRIPT FLUSH",
 		acquired, errs, leaked, lost, left, noscript1-noscript0, flushes)
-	t.Logf("go-zero's RedisLock:               %d acquisitions, %d errors, %d leaked locks, %d NOSCRIPT replies, under %d SCRIPT FLUSH",
-		zAcquired, zErrs, zLeaked, noscript2-noscript1, zFlushes)
+	if raceEnabled {
+		// go-zero v1.10.3's breaker reads its error window unlocked when
+		// it logs an open breaker (breaker.go, errorWindow.String): a data
+		// race of go-zero's own, which its lock hits here.
+		t.Log("go-zero's RedisLock for contrast: skipped under the race detector")
+	} else {
+		// The same load on go-zero's own RedisLock, with a store of its own
+		// (and so a circuit breaker of its own), for contrast.
+		theirs := goZeroStore(srv.Addr)
+		zErrs, zAcquired, zLeaked, zFlushes := flushLoad(t, srv, "theirs", func(key string) locker {
+			l := zredis.NewRedisLock(theirs, key)
+			l.SetExpire(10)
+			return l
+		})
+		t.Logf("go-zero's RedisLock:               %d acquisitions, %d errors, %d leaked locks, %d NOSCRIPT replies, under %d SCRIPT FLUSH",
+			zAcquired, zErrs, zLeaked, errorCount(t, admin, "NOSCRIPT")-noscript1, zFlushes)
+	}
 	if acquired == 0 {
 		t.Fatal("no acquisition at all")
 	}

@@ -66,13 +66,15 @@ func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys 
 	if pipelined == nil {
 		return alone()
 	}
-	c := &rl.owner().commits
+	l := rl.owner()
+	c := &l.commits
 	c.mu.Lock()
 	if c.state == idle {
 		c.state = sending
+		l.busier(1) // a shared Locker stays known while it sends
 		c.mu.Unlock()
 		reply, err := alone()
-		c.handOn(func(batch []*scriptCall) { sendGroup(pipelined, rl.evaler != nil, batch) })
+		c.handOn(l, func(batch []*scriptCall) { sendGroup(pipelined, rl.evaler != nil, batch) })
 		return reply, err
 	}
 	call := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
@@ -92,13 +94,13 @@ func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys 
 // handOn, called by the caller whose call is back, ends the sending state
 // or hands the queued calls to a goroutine that sends them, group by group,
 // until none is queued.
-func (c *commits) handOn(send func([]*scriptCall)) {
-	batch := c.next()
+func (c *commits) handOn(l *Locker, send func([]*scriptCall)) {
+	batch := c.next(l)
 	if batch == nil {
 		return
 	}
 	go func() {
-		for ; batch != nil; batch = c.next() {
+		for ; batch != nil; batch = c.next(l) {
 			send(batch)
 		}
 	}()
@@ -106,11 +108,12 @@ func (c *commits) handOn(send func([]*scriptCall)) {
 
 // next takes the next group of queued calls; nil, and the idle state, when
 // none is queued.
-func (c *commits) next() []*scriptCall {
+func (c *commits) next(l *Locker) []*scriptCall {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		c.state = idle
+		l.busier(-1)
 		return nil
 	}
 	n := min(len(c.queue), maxGroup)

@@ -26,7 +26,7 @@ type Locker struct {
 	closed     chan struct{}        // closed by Close
 	schedulers map[clock]*renewals  // keep its holds' deadlines, by time source
 	hubs       map[any]*hub         // its wake-up subscriptions, by Subscriber
-	busy       int                  // schedulers with holds, and open hubs
+	busy       int                  // schedulers with holds, open hubs, and group commits sending
 	commits    commits              // group commit of its locks' script calls
 }
 
@@ -86,8 +86,9 @@ func (rl *RedisLock) knownOwner() *Locker {
 	return sharedLockers.m[rl]
 }
 
-// busier counts a scheduler that has holds now (+1) or no longer (-1), or a
-// hub opened or closed. A shared Locker is known while busy.
+// busier counts a scheduler that has holds now (+1) or no longer (-1), a
+// hub opened or closed, or its group commit sending or done. A shared
+// Locker is known while busy.
 func (l *Locker) busier(by int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

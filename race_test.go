@@ -1,0 +1,6 @@
+//go:build race
+
+package redislock
+
+// raceEnabled: the race detector is on.
+const raceEnabled = true
