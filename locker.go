@@ -184,24 +184,54 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 
+	// The releases go from a few goroutines at once, so that group commit
+	// sends them in pipelines.
+	var mu sync.Mutex
 	var errs []error
-	for h, rl := range held {
-		rl.mu.Lock()
-		live := h.live()
-		rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
-		rl.mu.Unlock()
-		if !live {
-			continue
-		}
-		// A renewal under way is owner-checked: it cannot bring back or
-		// extend the key this deletes, so it is not waited for.
-		ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout)
-		if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
-			errs = append(errs, opErr("release", rl.key, err))
-		}
-		cancel()
+	work := make(chan *hold)
+	var wg sync.WaitGroup
+	for range min(len(held), closeWorkers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for h := range work {
+				if err := l.closeHold(h, held[h]); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
 	}
+	for h := range held {
+		work <- h
+	}
+	close(work)
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// closeWorkers is how many of Close's releases are under way at once.
+const closeWorkers = 32
+
+// closeHold ends h, a hold of rl, with ErrLockerClosed, and releases its key
+// if it was live.
+func (l *Locker) closeHold(h *hold, rl *RedisLock) error {
+	rl.mu.Lock()
+	live := h.live()
+	rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
+	rl.mu.Unlock()
+	if !live {
+		return nil
+	}
+	// A renewal under way is owner-checked: it cannot bring back or extend
+	// the key this deletes, so it is not waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout)
+	defer cancel()
+	if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+		return opErr("release", rl.key, err)
+	}
+	return nil
 }
 
 // isClosed reports whether Close was called.
