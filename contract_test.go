@@ -195,6 +195,7 @@ func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
 	if ok, err := rl.Acquire(); ok || err == nil {
 		t.Fatalf("Acquire = %v, %v; want the network error", ok, err)
 	}
+	givingBack.Wait() // the give-back runs after Acquire returned
 	if mr.Exists("k") {
 		t.Fatal("the key stays held by the abandoned attempt's id")
 	}
@@ -780,5 +781,93 @@ func TestNilRedisLockReportsErrNilStore(t *testing.T) {
 	rl.SetExpire(1)
 	if !isClosed(rl.Done()) || rl.Err() != nil || rl.Holds() != 0 || !rl.Until().IsZero() || rl.Token() != 0 || rl.Key() != "" {
 		t.Error("a nil RedisLock reports a hold")
+	}
+}
+
+// lateCtx is a context whose deadline has passed while its own timer has
+// not yet ended it: the moment when a call fails on the connection's
+// deadline a little before ctx.Err() says so.
+type lateCtx struct{ context.Context }
+
+func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// Found by the fifth black-box review: a wait that failed on its deadline a
+// moment before its context ended returned the bare error, without
+// ErrNotAcquired.
+func TestWaitFailingOnItsDeadlineGivesUp(t *testing.T) {
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == acquireScript {
+			return nil, context.DeadlineExceeded // as go-redis reports the connection's deadline
+		}
+		return int64(0), nil
+	})
+	rl := NewRedisLock(store, "late", WithPubSub(nil))
+	err := rl.AcquireWait(lateCtx{context.Background()})
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireWait = %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	err = rl.Do(lateCtx{context.Background()}, func(context.Context) error { return nil })
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}
+
+// Found by the fifth black-box review: after an ambiguous failure, AcquireCtx
+// gave its id back before returning, for up to two more seconds past its
+// deadline. The give-back now runs on its own.
+func TestAcquireReturnsAtItsDeadlineWhileGivingBack(t *testing.T) {
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		switch script {
+		case acquireScript:
+			<-ctx.Done() // a stalled network
+			return nil, ctx.Err()
+		case releaseScript:
+			once.Do(func() { close(entered) })
+			<-unblock
+			return int64(0), nil
+		}
+		return nil, errors.New("unexpected script")
+	})
+	rl := NewRedisLock(store, "stalled", WithPubSub(nil))
+	returned := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err := rl.AcquireCtx(ctx)
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireCtx = %v; want DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AcquireCtx waited for its give-back")
+	}
+	select {
+	case <-entered: // the give-back is under way, on its own
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ambiguous attempt's id was not given back")
+	}
+	close(unblock)
+}
+
+// ReleaseCtx(nil) reports ErrNilContext and still gives the acquisition
+// back, so that a deferred ReleaseCtx(nil) leaves nothing renewing.
+func TestReleaseWithNilContextGivesBack(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, rl)
+	//lint:ignore SA1012 a nil context is the point
+	if ok, err := rl.ReleaseCtx(nil); ok || !errors.Is(err, ErrNilContext) { //nolint:staticcheck
+		t.Fatalf("ReleaseCtx(nil) = %v, %v", ok, err)
+	}
+	if rl.Holds() != 0 || !isClosed(rl.Done()) {
+		t.Fatalf("after ReleaseCtx(nil): Holds %d, Done closed %v", rl.Holds(), isClosed(rl.Done()))
+	}
+	if !mr.Exists("k") {
+		t.Fatal("the key was deleted without a round trip's context")
 	}
 }

@@ -16,8 +16,10 @@ import (
 // while none of the Locker's calls is in the network goes alone, at once, as
 // it would without group commit (one goroutine pays nothing). Calls made
 // while one is in the network queue up; when it is back, the caller that
-// sent it hands the queue to a goroutine that sends it in one pipeline, and
-// so on, until nothing is queued. The calls of one pipeline run one after
+// sent it hands the queue to a goroutine that sends it in one pipeline (one
+// per server on a cluster or a ring), and so on, until nothing is queued.
+// Calls that wait stallAfter go in a pipeline of their own beside the
+// calls out, so a stalled call holds up no other for longer. The calls of one pipeline run one after
 // another on the server, each an atomic script of its own, exactly as if
 // they had been sent one by one.
 //
@@ -26,22 +28,18 @@ import (
 
 // commits is a Locker's group commit of script calls.
 type commits struct {
-	mu    sync.Mutex
-	state commitState
-	queue []*scriptCall
+	mu     sync.Mutex
+	out    int // senders with calls in the network; 0: the next call goes at once
+	queue  []*scriptCall
+	queued time.Time   // when the oldest queued call was queued
+	stall  *time.Timer // sends the queue if it waits stallAfter
+	send   func([]*scriptCall)
 }
-
-// commitState is whether a Locker's script calls are in the network.
-type commitState int
-
-const (
-	idle    commitState = iota // none: the next call goes at once
-	sending                    // some: calls queue until they are back
-)
 
 // scriptCall is one queued script call and, once done is closed, its
 // result.
 type scriptCall struct {
+	store  Scripter
 	ctx    context.Context
 	script *redis.Script
 	keys   []string
@@ -58,6 +56,11 @@ var errNotSent = errors.New("redislock: not sent")
 // maxGroup caps the calls of one group commit pipeline.
 const maxGroup = 256
 
+// stallAfter is how long calls wait for the calls in the network to come
+// back: queued that long, they go in a pipeline of their own, so that a
+// stalled call or server holds up no other call for longer.
+const stallAfter = 10 * time.Millisecond
+
 // runGrouped runs script through rl's Locker's group commit; alone runs
 // one call by itself.
 func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys []string, args []any,
@@ -69,16 +72,27 @@ func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys 
 	l := rl.owner()
 	c := &l.commits
 	c.mu.Lock()
-	if c.state == idle {
-		c.state = sending
+	if c.out == 0 {
+		c.out = 1
 		l.busier(1) // a shared Locker stays known while it sends
 		c.mu.Unlock()
 		reply, err := alone()
-		c.handOn(l, func(batch []*scriptCall) { sendGroup(pipelined, rl.evaler != nil, batch) })
+		if batch := c.back(l); batch != nil {
+			useEval := rl.evaler != nil
+			go c.sendAll(l, batch, func(b []*scriptCall) { sendGroup(pipelined, useEval, b) })
+		}
 		return reply, err
 	}
-	call := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	if c.send == nil {
+		useEval := rl.evaler != nil
+		c.send = func(b []*scriptCall) { sendGroup(pipelined, useEval, b) }
+	}
+	call := &scriptCall{store: rl.store, ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	c.queue = append(c.queue, call)
+	if len(c.queue) == 1 {
+		c.queued = time.Now()
+		c.armStallLocked(l, stallAfter)
+	}
 	c.mu.Unlock()
 	select {
 	case <-call.done:
@@ -87,39 +101,75 @@ func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys 
 		if c.withdraw(call) {
 			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 		}
-		return nil, ctx.Err() // sent: it may run
+	}
+	select { // sent: it may run
+	case <-call.done:
+		return call.reply, call.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
-// handOn, called by the caller whose call is back, ends the sending state
-// or hands the queued calls to a goroutine that sends them, group by group,
-// until none is queued.
-func (c *commits) handOn(l *Locker, send func([]*scriptCall)) {
-	batch := c.next(l)
-	if batch == nil {
-		return
+// sendAll sends batch, then what has queued meanwhile, until nothing has.
+func (c *commits) sendAll(l *Locker, batch []*scriptCall, send func([]*scriptCall)) {
+	for ; batch != nil; batch = c.back(l) {
+		send(batch)
 	}
-	go func() {
-		for ; batch != nil; batch = c.next(l) {
-			send(batch)
-		}
-	}()
 }
 
-// next takes the next group of queued calls; nil, and the idle state, when
-// none is queued.
-func (c *commits) next(l *Locker) []*scriptCall {
+// back, called by a sender whose calls are back, gives it the next group of
+// queued calls to send; nil when none is queued, and the sender is done.
+func (c *commits) back(l *Locker) []*scriptCall {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
-		c.state = idle
-		l.busier(-1)
+		c.out--
+		if c.out == 0 {
+			l.busier(-1)
+		}
 		return nil
 	}
+	return c.takeLocked(l)
+}
+
+// takeLocked takes the next group of queued calls. The caller holds c.mu.
+func (c *commits) takeLocked(l *Locker) []*scriptCall {
 	n := min(len(c.queue), maxGroup)
 	batch := append([]*scriptCall(nil), c.queue[:n]...)
 	c.queue = append(c.queue[:0], c.queue[n:]...)
+	if len(c.queue) > 0 {
+		c.queued = time.Now()
+		c.armStallLocked(l, stallAfter)
+	}
 	return batch
+}
+
+func (c *commits) armStallLocked(l *Locker, d time.Duration) {
+	if c.stall == nil {
+		c.stall = time.AfterFunc(d, func() { c.stalled(l) })
+	} else {
+		c.stall.Reset(d)
+	}
+}
+
+// stalled runs when calls may have waited stallAfter: if they have, they go
+// in a pipeline of their own, beside the senders out.
+func (c *commits) stalled(l *Locker) {
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if wait := stallAfter - time.Since(c.queued); wait > 0 {
+		c.armStallLocked(l, wait)
+		c.mu.Unlock()
+		return
+	}
+	c.out++
+	batch := c.takeLocked(l)
+	send := c.send
+	c.mu.Unlock()
+	c.sendAll(l, batch, send)
 }
 
 // withdraw takes call out of the queue if it was not sent yet.
@@ -141,6 +191,27 @@ func (c *commits) withdraw(call *scriptCall) bool {
 // The pipeline is bounded by the latest deadline among the calls, if they
 // all have one.
 func sendGroup(pipelined func(context.Context, func(redis.Pipeliner) error) error, useEval bool, batch []*scriptCall) {
+	if server := serverOf(batch[0].store); server != nil && len(batch) > 1 {
+		// A cluster or a ring: one pipeline per server, all at once, so
+		// that a slow server holds up its own calls only.
+		groups := map[string][]*scriptCall{}
+		for _, call := range batch {
+			addr := server(call.ctx, call.keys[0])
+			groups[addr] = append(groups[addr], call)
+		}
+		if len(groups) > 1 {
+			var wg sync.WaitGroup
+			for _, g := range groups {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sendGroup(pipelined, useEval, g)
+				}()
+			}
+			wg.Wait()
+			return
+		}
+	}
 	var live []*scriptCall
 	var deadline time.Time
 	bounded := true

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -134,8 +133,8 @@ func TestGroupCommitQueuedCallGivenUpIsNotSent(t *testing.T) {
 		}
 		got <- err
 	}()
-	<-rt.held // the first acquisition is in the network
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	<-rt.held                                                              // the first acquisition is in the network
+	ctx, cancel := context.WithTimeout(context.Background(), stallAfter/5) // given up before it would go alone
 	ok, err := second.AcquireCtx(ctx)
 	cancel()
 	if ok || !errors.Is(err, context.DeadlineExceeded) {
@@ -155,4 +154,46 @@ func TestGroupCommitQueuedCallGivenUpIsNotSent(t *testing.T) {
 	mustAcquire(t, second) // and the lock is free
 	mustRelease(t, second)
 	mustRelease(t, first)
+}
+
+// Found by the fifth black-box review: one stalled call made every other
+// call of its Locker wait behind it, and fail at its deadline. Calls wait
+// behind a stalled call for stallAfter at most, and then go alone.
+func TestGroupCommitStalledCallHoldsUpNoOther(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	loadScripts(t, c)
+	rt := &roundTrips{hold: make(chan struct{}), held: make(chan struct{})}
+	c.AddHook(rt)
+	l := NewLocker(FromGoRedis(c))
+	stalled := l.NewLock("stalled")
+	got := make(chan error, 1)
+	go func() {
+		_, err := stalled.Acquire()
+		got <- err
+	}()
+	<-rt.held // that call is stuck in the network
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*stallAfter)
+			defer cancel()
+			rl := l.NewLock(fmt.Sprint("free:", i))
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				t.Errorf("a free key behind a stalled call: %v, %v", ok, err)
+				return
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				t.Errorf("release behind a stalled call: %v, %v", ok, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(rt.hold)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, stalled)
 }

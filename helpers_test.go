@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 			f.Close()
 		}
 	}
+	givingBack.Wait() // give-backs of abandoned attempts end within their timeout
 	if code == 0 {
 		if err := goleak.Find(goZeroInitGoroutines...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)

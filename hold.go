@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
@@ -262,14 +263,14 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 			// The script may have run, its reply lost: the key may hold
 			// this attempt's id, which nobody else has; or it may run
 			// later. Give the id back, for good.
-			rl.abandon(ctx, id, lease)
+			rl.abandonLater(ctx, id, lease)
 		}
 		return false, 0, opErr("acquire", rl.key, err)
 	case token < 0:
 		return false, pttl, nil // held by another owner
 	case ctx.Err() != nil:
 		// The caller gave up while the lock was being taken: give it back.
-		rl.abandon(ctx, id, lease)
+		rl.abandonLater(ctx, id, lease)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
 	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
@@ -426,4 +427,17 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 	// A renewal in the network is not waited for: it is owner-checked, and
 	// cannot bring back or extend the deleted key.
 	return err
+}
+
+// givingBack counts the give-backs of abandoned attempts under way.
+var givingBack sync.WaitGroup
+
+// abandonLater abandons id in the background: the attempt's caller returns
+// within its context, and the give-back takes a round trip of its own.
+func (rl *RedisLock) abandonLater(ctx context.Context, id string, lease time.Duration) {
+	givingBack.Add(1)
+	go func() {
+		defer givingBack.Done()
+		rl.abandon(ctx, id, lease)
+	}()
 }

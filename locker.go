@@ -184,8 +184,17 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 
-	// The releases go from a few goroutines at once, so that group commit
-	// sends them in pipelines.
+	// Every hold ends first, at once; then the keys are released, from a
+	// few goroutines at once, so that group commit sends them in pipelines
+	// and a stalled release holds up no other hold's end.
+	for h, rl := range held {
+		rl.mu.Lock()
+		if !h.live() {
+			delete(held, h)
+		}
+		rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
+		rl.mu.Unlock()
+	}
 	var mu sync.Mutex
 	var errs []error
 	work := make(chan *hold)
@@ -214,16 +223,8 @@ func (l *Locker) Close() error {
 // closeWorkers is how many of Close's releases are under way at once.
 const closeWorkers = 32
 
-// closeHold ends h, a hold of rl, with ErrLockerClosed, and releases its key
-// if it was live.
+// closeHold releases the key of h, a hold of rl that Close ended.
 func (l *Locker) closeHold(h *hold, rl *RedisLock) error {
-	rl.mu.Lock()
-	live := h.live()
-	rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
-	rl.mu.Unlock()
-	if !live {
-		return nil
-	}
 	// A renewal under way is owner-checked: it cannot bring back or extend
 	// the key this deletes, so it is not waited for.
 	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,4 +224,64 @@ func requireLockerIdle(t *testing.T, l *Locker) {
 		defer l.mu.Unlock()
 		return l.busy == 0 && len(l.hubs) == 0
 	})
+}
+
+// Found by the fifth black-box review: Close ended its holds one at a time,
+// each after the previous one's release, so with the network stalled,
+// holders went on believing they held for seconds. Every hold now ends
+// before any key is released.
+func TestLockerCloseEndsEveryHoldBeforeReleasing(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	l := NewLocker(FromGoRedis(c), WithExpiry(10*time.Second))
+	var locks []*RedisLock
+	for i := range 2 * closeWorkers { // more than Close releases at once
+		rl := l.NewLock(fmt.Sprint("close:", i))
+		mustAcquire(t, rl)
+		locks = append(locks, rl)
+	}
+	block := &blockingReleases{entered: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(block)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	<-block.entered // a release is stuck in the network
+	for _, rl := range locks {
+		if !isClosed(rl.Done()) || !errors.Is(rl.Err(), ErrLockerClosed) {
+			t.Errorf("%s: Done closed %v, Err %v, while a release is stuck", rl.Key(), isClosed(rl.Done()), rl.Err())
+		}
+	}
+	close(block.release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blockingReleases holds every release script call until release is
+// closed; entered is closed when the first one waits.
+type blockingReleases struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (b *blockingReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		b.wait([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (b *blockingReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		b.wait(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (b *blockingReleases) wait(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == releaseSource) {
+			b.once.Do(func() { close(b.entered) })
+			<-b.release
+			return
+		}
+	}
 }

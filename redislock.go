@@ -189,7 +189,7 @@ func (rl *RedisLock) Release() (bool, error) {
 //
 // ctx bounds the call's round trip. With an already ended ctx, ReleaseCtx
 // still gives the acquisition back, without a round trip, and returns false
-// and an error matching ctx.Err(): the last one ends the hold and stops its
+// and an error matching ctx.Err() (ErrNilContext for a nil ctx): the last one ends the hold and stops its
 // renewal, and the key expires at the end of its lease, so a deferred
 // ReleaseCtx(ctx) never leaves a lock renewing. (A renewal that was in the
 // network then and gets through is undone by the watchdog; a re-entry that
@@ -199,14 +199,13 @@ func (rl *RedisLock) Release() (bool, error) {
 // the error, and the key expires with its lease.
 func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
+		if ctx == nil && rl != nil && rl.err == nil && rl.op != nil {
+			rl.giveBackNow() // a deferred ReleaseCtx(nil) leaves nothing renewing
+		}
 		return false, err
 	}
 	if err := rl.lockOp(ctx); err != nil {
-		// No round trip: give the acquisition back here and now.
-		if h, last, _ := rl.giveBack(); last {
-			rl.leftToExpire(h)
-			rl.countEnd(h, nil)
-		}
+		rl.giveBackNow()
 		return false, opErr("release", rl.key, err)
 	}
 	defer rl.unlockOp()
@@ -221,6 +220,16 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	}
 	rl.releasedOne(ctx, h, endErr)
 	return endErr == nil, endErr
+}
+
+// giveBackNow gives one acquisition back without a round trip: the last
+// one ends the hold and stops its renewal, and the key expires with its
+// lease.
+func (rl *RedisLock) giveBackNow() {
+	if h, last, _ := rl.giveBack(); last {
+		rl.leftToExpire(h)
+		rl.countEnd(h, nil)
+	}
 }
 
 // TTL returns the remaining lease of the key as Redis sees it, checked

@@ -86,9 +86,9 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		switch {
 		case rl.lockerClosed():
 			return opErr("wait for", rl.key, ErrLockerClosed)
-		case ctx.Err() != nil:
+		case ending(ctx):
 			return rl.gaveUp(ctx)
-		case waitCtx.Err() != nil && !first:
+		case ending(waitCtx) && !first:
 			return rl.gaveUp(waitCtx)
 		}
 		head, attempt, siblingLease := w.next()
@@ -102,7 +102,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			case ok:
 				w.acquired(rl.leaseOfHold())
 				return nil
-			case err != nil && ctx.Err() != nil:
+			case err != nil && ending(ctx):
 				continue // gave up, unless the error is the hold's end
 			case err != nil:
 				return err
@@ -154,7 +154,18 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 
 // gaveUp is the error of a wait that ctx cut short.
 func (rl *RedisLock) gaveUp(ctx context.Context) error {
-	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, ctx.Err())
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmpOr(ctx.Err(), context.DeadlineExceeded))
+}
+
+// ending reports whether ctx has ended, or its deadline has passed: a
+// call can fail on the deadline (go-redis sets it on the connection) a
+// moment before ctx's own timer ends it.
+func ending(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // attemptsFirst reports whether AcquireWait makes an attempt before it
