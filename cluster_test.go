@@ -82,27 +82,8 @@ func TestClusterSlotMigrationKeepsLock(t *testing.T) {
 		}
 	}
 
-	slot := int(hashSlot(key))
-	owner, err := c.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from, to *redis.Client
-	for _, n := range nodes {
-		switch {
-		case n.Options().Addr == owner.Options().Addr:
-			from = n
-		case to == nil:
-			to = n
-		}
-	}
-	fromID, toID := from.Do(ctx, "CLUSTER", "MYID").Val().(string), to.Do(ctx, "CLUSTER", "MYID").Val().(string)
-	must := func(cmd *redis.Cmd) {
-		t.Helper()
-		if err := cmd.Err(); err != nil {
-			t.Fatalf("%v: %v", cmd.Args(), err)
-		}
-	}
+	m := newMigration(t, c, nodes, key)
+	slot, from, to, fromID, toID, must := m.slot, m.from, m.to, m.fromID, m.toID, m.must
 	renewed("before the migration")
 	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID))
 	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID))
@@ -136,6 +117,42 @@ func TestClusterSlotMigrationKeepsLock(t *testing.T) {
 		t.Fatalf("the counter did not move with the slot: %q on the target", v)
 	}
 	mustRelease(t, next)
+}
+
+// migration is the slot of a key, the node that owns it (from) and another
+// node to move it to.
+type migration struct {
+	slot         int
+	from, to     *redis.Client
+	fromID, toID string
+	must         func(cmd *redis.Cmd)
+}
+
+func newMigration(t *testing.T, c *redis.ClusterClient, nodes []*redis.Client, key string) migration {
+	t.Helper()
+	ctx := context.Background()
+	owner, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := migration{slot: int(hashSlot(key))}
+	for _, n := range nodes {
+		switch {
+		case n.Options().Addr == owner.Options().Addr:
+			m.from = n
+		case m.to == nil:
+			m.to = n
+		}
+	}
+	m.fromID = m.from.Do(ctx, "CLUSTER", "MYID").Val().(string)
+	m.toID = m.to.Do(ctx, "CLUSTER", "MYID").Val().(string)
+	m.must = func(cmd *redis.Cmd) {
+		t.Helper()
+		if err := cmd.Err(); err != nil {
+			t.Fatalf("%v: %v", cmd.Args(), err)
+		}
+	}
+	return m
 }
 
 func toAny(ss []string) []any {
@@ -196,27 +213,8 @@ func TestClusterSlotMigrationUnderBatches(t *testing.T) {
 		violations += notHeld(t, c, all, what)
 	}
 
-	slot := int(hashSlot("{mig}"))
-	owner, err := c.MasterForKey(ctx, "{mig}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from, to *redis.Client
-	for _, n := range nodes {
-		switch {
-		case n.Options().Addr == owner.Options().Addr:
-			from = n
-		case to == nil:
-			to = n
-		}
-	}
-	fromID, toID := from.Do(ctx, "CLUSTER", "MYID").Val().(string), to.Do(ctx, "CLUSTER", "MYID").Val().(string)
-	must := func(cmd *redis.Cmd) {
-		t.Helper()
-		if err := cmd.Err(); err != nil {
-			t.Fatalf("%v: %v", cmd.Args(), err)
-		}
-	}
+	m := newMigration(t, c, nodes, "{mig}")
+	slot, from, to, fromID, toID, must := m.slot, m.from, m.to, m.fromID, m.toID, m.must
 	rounds("before the migration")
 	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID))
 	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID))
