@@ -161,11 +161,14 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return rl.Do(ctx, fn)
 }
 
-// Close ends every hold still held by the Locker's locks: each ends with
-// ErrLockerClosed (Done closes, Err says so) before its key is released.
-// Waits of its locks give up, and their later acquisitions fail, with
-// ErrLockerClosed. It returns the errors of the releases that failed (those
-// keys expire with their leases). Closing a closed Locker does nothing.
+// Close ends every hold still held by the Locker's locks, all at once: each
+// ends with ErrLockerClosed (Done closes, Err says so) before any key is
+// released. Then it releases their keys, within two seconds in all (with a
+// client that honours context deadlines, as go-redis does with
+// ContextTimeoutEnabled). Waits of its locks give up, and their later
+// acquisitions fail, with ErrLockerClosed. It returns the errors of the
+// releases that failed (those keys expire with their leases). Closing a
+// closed Locker does nothing.
 func (l *Locker) Close() error {
 	if l == nil || l.closed == nil {
 		return ErrNilStore
@@ -195,6 +198,8 @@ func (l *Locker) Close() error {
 		rl.endLocked(h, fmt.Errorf("%w: %q", ErrLockerClosed, rl.key))
 		rl.mu.Unlock()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout) // for them all
+	defer cancel()
 	var mu sync.Mutex
 	var errs []error
 	work := make(chan *hold)
@@ -204,7 +209,7 @@ func (l *Locker) Close() error {
 		go func() {
 			defer wg.Done()
 			for h := range work {
-				if err := l.closeHold(h, held[h]); err != nil {
+				if err := l.closeHold(ctx, h, held[h]); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -224,11 +229,9 @@ func (l *Locker) Close() error {
 const closeWorkers = 32
 
 // closeHold releases the key of h, a hold of rl that Close ended.
-func (l *Locker) closeHold(h *hold, rl *RedisLock) error {
+func (l *Locker) closeHold(ctx context.Context, h *hold, rl *RedisLock) error {
 	// A renewal under way is owner-checked: it cannot bring back or extend
 	// the key this deletes, so it is not waited for.
-	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout)
-	defer cancel()
 	if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
 		return opErr("release", rl.key, err)
 	}
