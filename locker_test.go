@@ -285,3 +285,68 @@ func (b *blockingReleases) wait(cmds []redis.Cmder) {
 		}
 	}
 }
+
+// Found by the sixth black-box review: with the network stalled, Close took
+// two seconds per release its workers made in turn. Its releases now share
+// one deadline.
+func TestLockerCloseReleasesUnderOneDeadline(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	l := NewLocker(FromGoRedis(c), WithExpiry(10*time.Second))
+	for i := range 3 * closeWorkers {
+		mustAcquire(t, l.NewLock(fmt.Sprint("deadline:", i)))
+	}
+	hook := &releaseDeadlines{seen: map[time.Time]int{}}
+	c.AddHook(hook)
+	if err := l.Close(); err == nil {
+		t.Fatal("Close reported no failed release while every release was stalled")
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if len(hook.seen) != 1 {
+		t.Fatalf("Close's releases ran under %d deadlines, want one for all: %v", len(hook.seen), hook.seen)
+	}
+}
+
+// releaseDeadlines stalls every release script call until its context ends,
+// and counts the deadlines they ran under.
+type releaseDeadlines struct {
+	mu   sync.Mutex
+	seen map[time.Time]int
+}
+
+func (r *releaseDeadlines) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *releaseDeadlines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if r.stall(ctx, []redis.Cmder{cmd}) {
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (r *releaseDeadlines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if r.stall(ctx, cmds) {
+			return ctx.Err()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// stall reports true, after the context ended, for calls with a release.
+func (r *releaseDeadlines) stall(ctx context.Context, cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == releaseSource) {
+			d, _ := ctx.Deadline()
+			r.mu.Lock()
+			r.seen[d]++
+			r.mu.Unlock()
+			<-ctx.Done()
+			for _, cmd := range cmds {
+				cmd.SetErr(ctx.Err())
+			}
+			return true
+		}
+	}
+	return false
+}
