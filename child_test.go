@@ -191,9 +191,11 @@ func hammerChild(out io.Writer) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * goroutines})
 	defer c.Close()
 	ctx := context.Background()
+	client, _ := strconv.Atoi(os.Getenv("HAMMER_CLIENT")) // the first client number of this process
 	var remaining, accepted, refused, failed atomic.Int64
 	remaining.Store(total)
 	var wg sync.WaitGroup
+	histories := make([][]fencedOp, goroutines)
 	for g := 0; g < goroutines; g++ {
 		key := fmt.Sprintf("hammer:%d", g%keys)
 		rl := NewRedisLock(FromGoRedis(c), key, WithFencing(), WithExpiry(2*time.Second))
@@ -205,15 +207,20 @@ func hammerChild(out io.Writer) error {
 					failed.Add(1)
 					continue
 				}
+				op := fencedOp{Key: key, Client: client + g, Token: rl.Token(), Call: time.Now().UnixNano()}
 				n, err := c.HGet(ctx, key+":resource", "count").Int64()
 				if err != nil && !errors.Is(err, redis.Nil) {
 					failed.Add(1)
-				} else if ok, err := hammerWrite.Run(ctx, c, []string{key + ":resource"}, rl.Token(), n+1).Int(); err != nil {
+				} else if ok, err := hammerWrite.Run(ctx, c, []string{key + ":resource"}, op.Token, n+1).Int(); err != nil {
 					failed.Add(1)
-				} else if ok == 1 {
-					accepted.Add(1)
 				} else {
-					refused.Add(1)
+					op.Read, op.Accepted, op.Return = n, ok == 1, time.Now().UnixNano()
+					histories[g] = append(histories[g], op)
+					if op.Accepted {
+						accepted.Add(1)
+					} else {
+						refused.Add(1)
+					}
 				}
 				if ok, err := rl.Release(); !ok || err != nil {
 					failed.Add(1)
@@ -222,6 +229,13 @@ func hammerChild(out io.Writer) error {
 		}()
 	}
 	wg.Wait()
+	if path := os.Getenv("HAMMER_HISTORY"); path != "" {
+		for _, ops := range histories {
+			if err := writeOps(path, ops); err != nil {
+				return err
+			}
+		}
+	}
 	fmt.Fprintln(out, "done", accepted.Load(), refused.Load(), failed.Load())
 	return nil
 }
