@@ -8,15 +8,13 @@ type clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that sends on C() after d.
 	NewTimer(d time.Duration) timer
-	// AfterFunc calls f in its own goroutine after d.
-	AfterFunc(d time.Duration, f func()) timer
-	// WatchFunc is AfterFunc for the watchdog's runs: the same with a real
-	// clock, but a fake one can tell them from the lease timer.
+	// WatchFunc calls f in its own goroutine after d: the timer of a
+	// renewal scheduler.
 	WatchFunc(d time.Duration, f func()) timer
 }
 
 type timer interface {
-	C() <-chan time.Time // nil for an AfterFunc timer
+	C() <-chan time.Time // nil for a WatchFunc timer
 	Reset(d time.Duration)
 	Stop()
 }
@@ -25,10 +23,9 @@ type realClock struct{}
 
 func (realClock) Now() time.Time                 { return time.Now() }
 func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTimer(d)} }
-func (realClock) AfterFunc(d time.Duration, f func()) timer {
+func (realClock) WatchFunc(d time.Duration, f func()) timer {
 	return realTimer{time.AfterFunc(d, f)}
 }
-func (c realClock) WatchFunc(d time.Duration, f func()) timer { return c.AfterFunc(d, f) }
 
 type realTimer struct{ t *time.Timer }
 

@@ -8,14 +8,14 @@ import (
 )
 
 // fakeClock is a clock that moves only with Advance. Channel timers fire by
-// a send on their buffered channel, AfterFunc and WatchFunc timers by a call
+// a send on their buffered channel, WatchFunc timers by a call
 // in a goroutine of their own, as with package time.
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers map[*fakeTimer]struct{}
 	arms   int // watchdog timers armed so far (WatchFunc and Reset)
-	busy   int // AfterFunc and WatchFunc calls under way
+	busy   int // WatchFunc calls under way
 }
 
 type fakeTimer struct {
@@ -39,12 +39,6 @@ func (c *fakeClock) Now() time.Time {
 
 func (c *fakeClock) NewTimer(d time.Duration) timer {
 	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
-	t.Reset(d)
-	return t
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
-	t := &fakeTimer{c: c, fn: f}
 	t.Reset(d)
 	return t
 }
@@ -135,20 +129,13 @@ func (c *fakeClock) Arms() int {
 }
 
 // nextDutyLocked returns when the watchdog has its next duty: the earliest
-// watchdog timer, or when none is armed, the earliest other AfterFunc timer
-// (the lease timer); zero if none is armed.
+// watchdog timer; zero if none is armed.
 func (c *fakeClock) nextDutyLocked() time.Time {
-	var next, nextFunc time.Time
+	var next time.Time
 	for tm := range c.timers {
-		switch {
-		case tm.watch && (next.IsZero() || tm.at.Before(next)):
+		if tm.watch && (next.IsZero() || tm.at.Before(next)) {
 			next = tm.at
-		case !tm.watch && tm.fn != nil && (nextFunc.IsZero() || tm.at.Before(nextFunc)):
-			nextFunc = tm.at
 		}
-	}
-	if next.IsZero() {
-		return nextFunc
 	}
 	return next
 }
