@@ -72,20 +72,20 @@ func (rl *RedisLock) runGrouped(ctx context.Context, script *redis.Script, keys 
 	l := rl.owner()
 	c := &l.commits
 	c.mu.Lock()
+	if c.send == nil { // every lock of a Locker has its store
+		useEval := rl.evaler != nil
+		c.send = func(b []*scriptCall) { sendGroup(pipelined, useEval, b) }
+	}
 	if c.out == 0 {
 		c.out = 1
 		l.busier(1) // a shared Locker stays known while it sends
+		send := c.send
 		c.mu.Unlock()
 		reply, err := alone()
 		if batch := c.back(l); batch != nil {
-			useEval := rl.evaler != nil
-			go c.sendAll(l, batch, func(b []*scriptCall) { sendGroup(pipelined, useEval, b) })
+			go c.sendAll(l, batch, send)
 		}
 		return reply, err
-	}
-	if c.send == nil {
-		useEval := rl.evaler != nil
-		c.send = func(b []*scriptCall) { sendGroup(pipelined, useEval, b) }
 	}
 	call := &scriptCall{store: rl.store, ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	c.queue = append(c.queue, call)
@@ -191,26 +191,12 @@ func (c *commits) withdraw(call *scriptCall) bool {
 // The pipeline is bounded by the latest deadline among the calls, if they
 // all have one.
 func sendGroup(pipelined func(context.Context, func(redis.Pipeliner) error) error, useEval bool, batch []*scriptCall) {
-	if server := serverOf(batch[0].store); server != nil && len(batch) > 1 {
-		// A cluster or a ring: one pipeline per server, all at once, so
-		// that a slow server holds up its own calls only.
-		groups := map[string][]*scriptCall{}
-		for _, call := range batch {
-			addr := server(call.ctx, call.keys[0])
-			groups[addr] = append(groups[addr], call)
-		}
-		if len(groups) > 1 {
-			var wg sync.WaitGroup
-			for _, g := range groups {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sendGroup(pipelined, useEval, g)
-				}()
-			}
-			wg.Wait()
-			return
-		}
+	// A cluster or a ring: one pipeline per server, all at once, so that a
+	// slow server holds up its own calls only.
+	perServer := func(g []*scriptCall) { sendGroup(pipelined, useEval, g) }
+	key := func(call *scriptCall) string { return call.keys[0] }
+	if eachServer(batch[0].ctx, batch[0].store, batch, key, perServer) {
+		return
 	}
 	var live []*scriptCall
 	var deadline time.Time

@@ -118,32 +118,16 @@ func TestGroupCommitSharesRoundTrips(t *testing.T) {
 // sent, is never sent: the acquisition fails with the context's error, and
 // nothing of it reaches Redis (no key, no abandoned id to remember).
 func TestGroupCommitQueuedCallGivenUpIsNotSent(t *testing.T) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t)
-	loadScripts(t, c)
-	rt := &roundTrips{hold: make(chan struct{}), held: make(chan struct{})}
-	c.AddHook(rt)
-	l := NewLocker(FromGoRedis(c))
-	first, second := l.NewLock("first"), l.NewLock("second")
-	got := make(chan error, 1)
-	go func() {
-		ok, err := first.Acquire()
-		if !ok && err == nil {
-			err = errors.New("busy")
-		}
-		got <- err
-	}()
-	<-rt.held                                                              // the first acquisition is in the network
-	ctx, cancel := context.WithTimeout(context.Background(), stallAfter/5) // given up before it would go alone
+	s := stallOneCall(t)
+	c, rt, l, first := s.c, s.rt, s.l, s.stalled
+	second := l.NewLock("second")
+	ctx, cancel := context.WithTimeout(context.Background(), stallAfter/5) // given up before it would be sent on its own
 	ok, err := second.AcquireCtx(ctx)
 	cancel()
 	if ok || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued acquisition = %v, %v; want false, DeadlineExceeded", ok, err)
 	}
-	close(rt.hold)
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	s.unstall(t)
 	ctx = context.Background()
 	if n := c.Exists(ctx, second.Key(), relatedName(second.Key(), "abandoned")).Val(); n != 0 {
 		t.Fatalf("the given-up call reached Redis: %d keys of it", n)
@@ -158,21 +142,11 @@ func TestGroupCommitQueuedCallGivenUpIsNotSent(t *testing.T) {
 
 // Found by the fifth black-box review: one stalled call made every other
 // call of its Locker wait behind it, and fail at its deadline. Calls wait
-// behind a stalled call for stallAfter at most, and then go alone.
+// behind a stalled call for stallAfter at most, and then go in a pipeline
+// of their own.
 func TestGroupCommitStalledCallHoldsUpNoOther(t *testing.T) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t)
-	loadScripts(t, c)
-	rt := &roundTrips{hold: make(chan struct{}), held: make(chan struct{})}
-	c.AddHook(rt)
-	l := NewLocker(FromGoRedis(c))
-	stalled := l.NewLock("stalled")
-	got := make(chan error, 1)
-	go func() {
-		_, err := stalled.Acquire()
-		got <- err
-	}()
-	<-rt.held // that call is stuck in the network
+	s := stallOneCall(t)
+	l, stalled := s.l, s.stalled
 	var wg sync.WaitGroup
 	for i := range 10 {
 		wg.Add(1)
@@ -191,9 +165,44 @@ func TestGroupCommitStalledCallHoldsUpNoOther(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(rt.hold)
-	if err := <-got; err != nil {
+	s.unstall(t)
+	mustRelease(t, stalled)
+}
+
+// stalledCall is a Locker on a real redis-server whose first script call,
+// an acquisition of stalled, is stuck in the network until unstall.
+type stalledCall struct {
+	c       *redis.Client
+	rt      *roundTrips
+	l       *Locker
+	stalled *RedisLock
+	got     chan error
+}
+
+func stallOneCall(t *testing.T) *stalledCall {
+	t.Helper()
+	srv := redisserver.Start(t)
+	s := &stalledCall{c: srv.Client(t), rt: &roundTrips{hold: make(chan struct{}), held: make(chan struct{})}, got: make(chan error, 1)}
+	loadScripts(t, s.c)
+	s.c.AddHook(s.rt)
+	s.l = NewLocker(FromGoRedis(s.c))
+	s.stalled = s.l.NewLock("stalled")
+	go func() {
+		ok, err := s.stalled.Acquire()
+		if !ok && err == nil {
+			err = errors.New("busy")
+		}
+		s.got <- err
+	}()
+	<-s.rt.held
+	return s
+}
+
+// unstall lets the stalled call through; it must have acquired its lock.
+func (s *stalledCall) unstall(t *testing.T) {
+	t.Helper()
+	close(s.rt.hold)
+	if err := <-s.got; err != nil {
 		t.Fatal(err)
 	}
-	mustRelease(t, stalled)
 }

@@ -206,27 +206,41 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 // so that a slow or paused server holds up the replies of its own holds
 // only, and the others' renewals count at once.
 func renewByServer(batch []*hold, sent time.Time) {
-	server := serverOf(batch[0].rl.store)
-	if server == nil {
-		renewBatch(batch, sent)
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	groups := map[string][]*hold{}
-	for _, h := range batch {
-		addr := server(ctx, h.rl.key)
-		groups[addr] = append(groups[addr], h)
+	defer cancel()
+	send := func(g []*hold) { renewBatch(g, sent) }
+	if !eachServer(ctx, batch[0].rl.store, batch, func(h *hold) string { return h.rl.key }, send) {
+		send(batch)
 	}
-	cancel()
+}
+
+// eachServer splits items by the server of their key (key(item)), and calls
+// send with each server's items, all at once, returning when every call
+// has. It reports false, calling nothing, when the store has one server (or
+// hides its servers) or all the items are on one.
+func eachServer[T any](ctx context.Context, store Scripter, items []T, key func(T) string, send func([]T)) bool {
+	server := serverOf(store)
+	if server == nil || len(items) < 2 {
+		return false
+	}
+	groups := map[string][]T{}
+	for _, item := range items {
+		addr := server(ctx, key(item))
+		groups[addr] = append(groups[addr], item)
+	}
+	if len(groups) < 2 {
+		return false
+	}
 	var wg sync.WaitGroup
 	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			renewBatch(g, sent)
+			send(g)
 		}()
 	}
 	wg.Wait()
+	return true
 }
 
 // serverOf returns the address of the server that holds a key of store,
