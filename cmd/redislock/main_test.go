@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -41,7 +40,7 @@ var demoOutcomes = []string{
 }
 
 func checkDemo(t *testing.T, args ...string) {
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer
 	if code := run(append([]string{"demo", "-fast"}, args...), &out, &errOut); code != 0 {
 		t.Fatalf("demo exited %d: %s\n%s", code, errOut.String(), out.String())
 	}
@@ -95,7 +94,7 @@ func TestDemoRealRedis(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer
 	if code := run(nil, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "usage") {
 		t.Fatalf("no args: %d %q", code, errOut.String())
 	}

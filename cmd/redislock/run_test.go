@@ -193,7 +193,7 @@ func TestRunForwardsSignalsAndReleases(t *testing.T) {
 func TestRunFencingTokenAndStatus(t *testing.T) {
 	srv := redisserver.Start(t)
 	f := marksFile(t)
-	var out bytes.Buffer
+	var out lockedBuffer
 	if code := run([]string{"status", "-addr", srv.Addr, "report"}, &out, &out); code != 0 || out.String() != "report: free\n" {
 		t.Fatalf("status of a free key: %d %q", code, out.String())
 	}
@@ -217,9 +217,35 @@ func TestRunFencingTokenAndStatus(t *testing.T) {
 	}
 }
 
+// lockedBuffer is a bytes.Buffer safe for concurrent use: the library logs
+// from the background (the give-back of an acquisition that failed
+// ambiguously), also after a command returned.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
+}
+
 func TestRunUsageAndMissingCommand(t *testing.T) {
 	srv := redisserver.Start(t)
-	var out bytes.Buffer
+	var out lockedBuffer
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -258,7 +284,7 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 func TestRunShortWaitOnFreeLock(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
-	var out bytes.Buffer
+	var out lockedBuffer
 	for i, wait := range []string{"1ns", "1us", "100us", "1ms", "2ms", "5ms", "1ms", "1ns"} {
 		out.Reset()
 		key := "free-" + strconv.Itoa(i)
@@ -281,7 +307,7 @@ func TestRunWaitDoesNotBoundTheHold(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	go func() { time.Sleep(100 * time.Millisecond); holder.Release() }()
-	var out bytes.Buffer
+	var out lockedBuffer
 	if code := run([]string{"run", "-addr", srv.Addr, "-wait", "300ms", "-ttl", "150ms", "handed", "--", "sh", "-c", "sleep 1"}, &out, &out); code != 0 {
 		t.Fatalf("exit %d, want 0: %s", code, out.String())
 	}
