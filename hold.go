@@ -23,6 +23,11 @@ const (
 	expiring
 	// ended: Done is closed; err says why (nil after a release).
 	ended
+	// queued: a waiter of a fair lock, in the key's queue in Redis; the
+	// watchdog keeps it live there. It becomes the lock's current hold
+	// (renewing) when the lock is handed to it or it takes the lock, and
+	// ends without ever being the lock's when its wait gives up.
+	queued
 )
 
 // hold is one tenure of the lock, from a first acquisition to its end.
@@ -50,8 +55,10 @@ type hold struct {
 	keyLeft              bool            // released without deleting the key: left to expire
 	life                 context.Context // made on demand (Do): ends with the hold
 	endLife              context.CancelCauseFunc
-	nextRenew            time.Time // when its next renewal is due
-	failures             int       // renewals failed in a row
+	nextRenew            time.Time     // when its next renewal (queued: refresh) is due
+	failures             int           // renewals failed in a row
+	seq                  int64         // queued: its place in the queue; 0 until it has one
+	nudge                chan struct{} // queued: a refresh found it handed the lock, or out of the queue
 
 	// Guarded by its scheduler's mu.
 	due   time.Time // when the scheduler looks at it next
@@ -63,35 +70,44 @@ var errReleased = errors.New("redislock: released")
 
 func (h *hold) live() bool { return h.state != ended }
 
+// newHold returns a hold of rl for id, not yet begun.
+func (rl *RedisLock) newHold(ctx context.Context, id string, lease time.Duration) *hold {
+	return &hold{id: id, lease: lease, parent: ctx, done: make(chan struct{}), rl: rl, index: -1}
+}
+
 // startHold records a first acquisition of id, sent at sent, and hands the
 // hold to its scheduler (its renewals, lease deadline and maximum hold) and
 // to its holding context. It reports false, and records nothing, when the
 // lock's Locker is closed.
 func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) bool {
-	h := &hold{
-		id:        id,
-		token:     token,
-		lease:     lease,
-		started:   sent,
-		parent:    ctx,
-		done:      make(chan struct{}),
-		count:     1,
-		until:     sent.Add(lease - drift(lease)),
-		nextRenew: sent.Add(lease / 3),
-		rl:        rl,
-		index:     -1,
-	}
+	h := rl.newHold(ctx, id, lease)
+	h.until = sent.Add(lease - drift(lease))
+	return rl.beginHold(h, token)
+}
+
+// beginHold makes h, whose lease lasts until h.until by our accounting, the
+// lock's current hold, with one acquisition. It reports false, and begins
+// nothing, when the lock's Locker is closed.
+func (rl *RedisLock) beginHold(h *hold, token int64) bool {
 	l := rl.owner()
+	if h.renewals != nil { // queued: its Locker is known while it waits
+		l = h.renewals.locker
+	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if !l.track(rl, h) {
 		return false
 	}
+	h.state, h.token, h.count = renewing, token, 1
+	h.started = h.until.Add(-(h.lease - drift(h.lease))) // the acquisition was sent then, or later
+	h.nextRenew = h.started.Add(h.lease / 3)
 	rl.cur = h
 	metricHeld.Inc()
-	h.renewals = l.renewalsFor(rl.clock)
+	if h.renewals == nil {
+		h.renewals = l.renewalsFor(rl.clock)
+	}
 	h.renewals.schedule(h)
-	if ctx.Done() != nil {
+	if ctx := h.parent; ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
 	}
 	return true
@@ -138,7 +154,9 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	if h.unbind != nil {
 		h.unbind()
 	}
-	h.renewals.remove(h)
+	if h.renewals != nil {
+		h.renewals.remove(h)
+	}
 	if h.endLife != nil {
 		h.endLife(cmpOr(cause, errReleased))
 	}
@@ -251,11 +269,16 @@ func (rl *RedisLock) liveHold() *hold {
 func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.clock.Now()
-	reply, err := rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds())
 	var token int64
 	var pttl time.Duration
-	if err == nil {
-		token, pttl, err = rl.parseAcquire(reply)
+	var err error
+	if rl.fair() { // taken only if no live waiter is queued
+		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
+	} else {
+		var reply any
+		if reply, err = rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
+			token, pttl, err = rl.parseAcquire(reply)
+		}
 	}
 	switch {
 	case err != nil:

@@ -25,6 +25,7 @@ type options struct {
 	maxHold  time.Duration
 	watchdog bool
 	fencing  bool
+	fair     bool
 	clock    clock
 	err      error
 

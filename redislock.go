@@ -44,9 +44,12 @@ type RedisLock struct {
 	watchdog    bool
 	clock       clock
 	retry       RetryStrategy
-	pubsub      Subscriber // nil: no wake-ups
-	channel     string     // where releases are published
-	locker      *Locker    // nil for a lock of NewRedisLock
+	pubsub      Subscriber    // nil: no wake-ups
+	channel     string        // where releases are published
+	locker      *Locker       // nil for a lock of NewRedisLock
+	queue       string        // a fair lock's queue of waiters; "" for others
+	waiterKeys  string        // a fair lock's prefix of its waiters' liveness keys
+	fairTurn    chan struct{} // a fair lock's: one fair wait at a time
 
 	// op is a token that serializes the calls that talk to Redis; a call
 	// waits for it within its context.
@@ -88,6 +91,15 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 		pubsub:      o.pubsub,
 		channel:     relatedName(key, "released"),
 		op:          make(chan struct{}, 1),
+	}
+	if o.fair {
+		rl.queue = relatedName(key, "queue")
+		rl.waiterKeys = relatedName(key, "waiter:")
+		rl.releaseKeys = append(rl.releaseKeys, rl.queue)
+		if o.fencing {
+			rl.releaseKeys = append(rl.releaseKeys, acquireKeys[2])
+		}
+		rl.fairTurn = make(chan struct{}, 1)
 	}
 	switch {
 	case isNil(store):

@@ -103,7 +103,7 @@ const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER"
 // parseAcquire reads the reply of acquire.lua: the fencing token (0 when
 // not fenced) of a taken lock, or -1 and the holder's PTTL.
 func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
-	fenced := len(rl.acquireKeys) > 2
+	fenced := rl.fenced()
 	switch v := reply.(type) {
 	case int64:
 		if v < -1 {
@@ -157,7 +157,13 @@ func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration)
 // a lease. With abandon > 0, id is an attempt given up: it is remembered
 // for that long, and a late run of it will not take the lock.
 func (rl *RedisLock) release(ctx context.Context, id string, lease, abandon time.Duration) (bool, error) {
-	n, err := rl.runInt(ctx, releaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds())
+	var n int64
+	var err error
+	if rl.fair() { // hands the lock to the next live waiter
+		n, err = rl.runInt(ctx, fairReleaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds(), rl.waiterKeys)
+	} else {
+		n, err = rl.runInt(ctx, releaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds())
+	}
 	switch {
 	case err != nil:
 		return false, err

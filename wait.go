@@ -56,6 +56,9 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		waitCtx, cancel = context.WithTimeout(ctx, rl.waitTimeout)
 		defer cancel()
 	}
+	if rl.fair() {
+		return rl.fairWait(ctx, waitCtx)
+	}
 	var w *waiter // in the queue of this process's waiters on the key
 	defer func() { w.quit() }()
 	var t timer

@@ -56,10 +56,11 @@ type hub struct {
 // the state of its release channel's subscription.
 type keyWaiters struct {
 	queue     []*waiter
-	confirmed bool          // the server has confirmed our SUBSCRIBE
-	ready     chan struct{} // closed when confirmed, or when that is not to be
-	dropped   bool          // the subscription dropped since it was confirmed
-	lease     time.Duration // of the latest acquisition by one of our waiters
+	confirmed bool               // the server has confirmed our SUBSCRIBE
+	ready     chan struct{}      // closed when confirmed, or when that is not to be
+	dropped   bool               // the subscription dropped since it was confirmed
+	lease     time.Duration      // of the latest acquisition by one of our waiters
+	fair      map[string]*waiter // waiters of fair locks, by id: each queues in Redis
 }
 
 // unblock lets the waiters that wait for the subscription go on.
@@ -76,13 +77,15 @@ func (c *keyWaiters) unblock() {
 type waiter struct {
 	hub    *hub
 	name   string
+	id     string // a fair lock's waiter: its id in the queue in Redis
 	rl     *RedisLock
 	notify chan struct{} // cap 1: something changed, look at attempt and siblingHolds
 	left   bool          // out of the queue; owned by the waiting goroutine
 
 	// Guarded by hub.mu.
-	attempt      bool // attempt now: a release was published, or the head left
-	siblingHolds bool // now the head, after a waiter of ours acquired the lock
+	attempt      bool     // attempt now: a release was published, or the head left
+	siblingHolds bool     // now the head, after a waiter of ours acquired the lock
+	handoff      *handoff // a fair waiter's: a release handed it the lock
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -122,6 +125,16 @@ func (rl *RedisLock) othersWaiting() bool {
 // the channel's subscription to be confirmed. It returns nil when rl has no
 // wake-ups.
 func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
+	return rl.join(ctx, "")
+}
+
+// joinFair is joinWait for the waiter id of a fair lock: it waits for
+// handoffs to id, and for releases that hand nothing on.
+func (rl *RedisLock) joinFair(ctx context.Context, id string) *waiter {
+	return rl.join(ctx, id)
+}
+
+func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	if rl.pubsub == nil {
 		return nil
 	}
@@ -129,7 +142,7 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 	if h == nil {
 		return nil
 	}
-	w := &waiter{hub: h, name: rl.channel, rl: rl, notify: make(chan struct{}, 1)}
+	w := &waiter{hub: h, name: rl.channel, id: id, rl: rl, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	c := h.chans[w.name]
 	if c == nil {
@@ -141,8 +154,15 @@ func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
 			c.unblock() // no confirmation is coming: go on unsubscribed
 		}
 	}
-	c.queue = append(c.queue, w)
-	w.attempt = len(c.queue) == 1 // the first in line attempts at once
+	if id != "" {
+		if c.fair == nil {
+			c.fair = map[string]*waiter{}
+		}
+		c.fair[id] = w
+	} else {
+		c.queue = append(c.queue, w)
+		w.attempt = len(c.queue) == 1 // the first in line attempts at once
+	}
 	ready := c.ready
 	h.mu.Unlock()
 
@@ -231,7 +251,7 @@ func (h *hub) read() {
 				h.confirm(m.Channel)
 			}
 		case *redis.Message:
-			h.released(m.Channel)
+			h.released(m.Channel, m.Payload)
 		}
 	}
 }
@@ -247,19 +267,42 @@ func (h *hub) confirm(name string) {
 	if c := h.chans[name]; c != nil {
 		c.confirmed = true
 		c.unblock()
-		if c.dropped && len(c.queue) > 0 { // a release may have gone unheard
-			c.queue[0].give(true, false)
+		if c.dropped { // a release may have gone unheard
+			c.wakeHeads()
 		}
 		c.dropped = false
 	}
 }
 
-// released lets the head of the channel's queue attempt.
-func (h *hub) released(name string) {
+// released passes on a message of the channel: a handoff to a fair waiter
+// of ours goes to it; a release that handed nothing on lets the head of
+// the queue, and every fair waiter, attempt. A handoff to a waiter of
+// another process needs nothing: the lock is held.
+func (h *hub) released(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.chans[name]; c != nil && len(c.queue) > 0 {
+	c := h.chans[name]
+	if c == nil {
+		return
+	}
+	if id, m, ok := parseHandoff(payload); ok {
+		if w := c.fair[id]; w != nil {
+			w.handoff = &m
+			w.give(false, false)
+		}
+		return
+	}
+	c.wakeHeads()
+}
+
+// wakeHeads lets the head of the queue, and every fair waiter, attempt.
+// The caller holds the hub's mu.
+func (c *keyWaiters) wakeHeads() {
+	if len(c.queue) > 0 {
 		c.queue[0].give(true, false)
+	}
+	for _, w := range c.fair {
+		w.give(true, false)
 	}
 }
 
@@ -275,9 +318,7 @@ func (h *hub) dropped(err error, failures int) {
 	clear(h.pending)
 	for _, c := range h.chans {
 		c.confirmed, c.dropped = false, true // joiners meanwhile do not wait for it
-		if len(c.queue) > 0 {
-			c.queue[0].give(true, false)
-		}
+		c.wakeHeads()
 	}
 }
 
@@ -360,6 +401,9 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	h := w.hub
 	h.mu.Lock()
 	c := h.chans[w.name]
+	if w.id != "" {
+		delete(c.fair, w.id)
+	}
 	for i, x := range c.queue {
 		if x == w {
 			c.queue = append(c.queue[:i], c.queue[i+1:]...)
@@ -369,7 +413,7 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 			break
 		}
 	}
-	if len(c.queue) == 0 {
+	if len(c.queue) == 0 && len(c.fair) == 0 {
 		delete(h.chans, w.name)
 		if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
 			logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
@@ -396,4 +440,29 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// handed returns the handoff a fair waiter was told of, if any, and
+// forgets it.
+func (w *waiter) handed() (*handoff, bool) {
+	if w == nil {
+		return nil, false
+	}
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	m := w.handoff
+	w.handoff = nil
+	return m, m != nil
+}
+
+// takeAttempt reports whether w was let attempt, and forgets it.
+func (w *waiter) takeAttempt() bool {
+	if w == nil {
+		return false
+	}
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	a := w.attempt
+	w.attempt = false
+	return a
 }

@@ -71,6 +71,12 @@ func (q *holdQueue) Pop() any {
 // deadline, its maximum hold, and its next renewal unless one is in the
 // network or it does not renew. The caller holds h.rl.mu.
 func (h *hold) nextDeadline() time.Time {
+	if h.state == queued { // only its refresh
+		if h.renewal != nil {
+			return h.nextRenew.Add(h.lease) // its reply reschedules it
+		}
+		return h.nextRenew
+	}
 	at := h.until
 	if m := h.rl.maxHold; m > 0 && h.started.Add(m).Before(at) {
 		at = h.started.Add(m)
@@ -187,6 +193,11 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 	switch {
 	case !h.live():
 		return false
+	case h.state == queued:
+		if h.renewal == nil && !h.nextRenew.After(now.Add(h.lease/30)) {
+			h.renewal = inFlight
+			renew = true
+		}
 	case rl.maxHold > 0 && !now.Before(h.started.Add(rl.maxHold)):
 		rl.maxHoldReachedLocked(h)
 		return false
@@ -271,19 +282,23 @@ func serverOf(store Scripter) func(ctx context.Context, key string) string {
 // error (retried with backoff). A failure of the whole batch is transient
 // for all of them and changes no deadline.
 func renewBatch(batch []*hold, sent time.Time) {
-	ok, errs := extendAll(batch, sent)
+	codes, errs, refresh := extendAll(batch, sent)
 	var renewed, lost, failed float64
 	var undo []*hold
 	for i, h := range batch {
+		if refresh[i] { // a fair lock's waiter, kept live in its queue
+			h.rl.refreshed(h, sent, codes[i], errs[i])
+			continue
+		}
 		switch {
 		case errs[i] != nil:
 			failed++
-		case ok[i]:
+		case codes[i] == 1:
 			renewed++
 		default:
 			lost++
 		}
-		if h.rl.renewed(h, sent, ok[i], errs[i]) {
+		if h.rl.renewed(h, sent, codes[i] == 1, errs[i]) {
 			undo = append(undo, h)
 		}
 	}
@@ -303,29 +318,38 @@ func renewBatch(batch []*hold, sent time.Time) {
 	}
 }
 
-// extendAll sends the renewals of holds: one pipeline where the store has
-// them, else one call each.
-func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
-	ok, errs := make([]bool, len(holds)), make([]error, len(holds))
+// extendAll sends the renewals of holds, and the refreshes of those that
+// are fair waiters (refresh), with each reply's code: one pipeline where
+// the store has them, else one call each.
+func extendAll(holds []*hold, sent time.Time) (codes []int64, errs []error, refresh []bool) {
+	codes, errs, refresh = make([]int64, len(holds)), make([]error, len(holds)), make([]bool, len(holds))
+	seqs := make([]int64, len(holds))
+	// The batch's deadline is the latest validity deadline among its holds:
+	// the scheduler ends each hold on time, whatever the batch does.
+	var until time.Time
+	for i, h := range holds {
+		h.rl.mu.Lock()
+		if h.until.After(until) {
+			until = h.until
+		}
+		refresh[i], seqs[i] = h.state == queued, h.seq
+		h.rl.mu.Unlock()
+	}
 	rl := holds[0].rl
 	pipelined := pipelineOf(rl.store)
 	if pipelined == nil {
 		for i, h := range holds {
 			ctx, cancel := h.rl.renewalContext(h, sent)
-			ok[i], errs[i] = h.rl.extend(ctx, h.id, h.lease)
+			if refresh[i] {
+				codes[i], errs[i] = h.rl.refresh(ctx, h, seqs[i])
+			} else {
+				var ok bool
+				ok, errs[i] = h.rl.extend(ctx, h.id, h.lease)
+				codes[i] = b2i(ok)
+			}
 			cancel()
 		}
-		return ok, errs
-	}
-	// The batch's deadline is the latest validity deadline among its holds:
-	// the scheduler ends each hold on time, whatever the batch does.
-	var until time.Time
-	for _, h := range holds {
-		h.rl.mu.Lock()
-		if h.until.After(until) {
-			until = h.until
-		}
-		h.rl.mu.Unlock()
+		return codes, errs, refresh
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(until.Sub(sent), time.Millisecond))
 	defer cancel()
@@ -333,7 +357,8 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 	// On a single primary every key is local: one script renews up to
 	// perScript of them, which costs the server and the client less than a
 	// call each. Elsewhere (a cluster or a ring) each key has its own call,
-	// and the client sends each to its node.
+	// and the client sends each to its node. A waiter's refresh is a call
+	// of its own.
 	group := 1
 	if singlePrimary(rl.store) {
 		group = perScript
@@ -342,14 +367,24 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 		first, n int
 		cmd      *redis.Cmd
 	}
-	calls := make([]call, 0, (len(holds)+group-1)/group)
-	for i := 0; i < len(holds); i += group {
-		calls = append(calls, call{first: i, n: min(group, len(holds)-i)})
+	var calls []call
+	for i := 0; i < len(holds); {
+		n := 1
+		for !refresh[i] && i+n < len(holds) && n < group && !refresh[i+n] {
+			n++
+		}
+		calls = append(calls, call{first: i, n: n})
+		i += n
 	}
 	send := func(which []int, eval bool) {
 		err := pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, c := range which {
-				calls[c].cmd = queueRenewals(ctx, p, holds[calls[c].first:calls[c].first+calls[c].n], eval)
+				first := calls[c].first
+				if refresh[first] {
+					calls[c].cmd = queueRefresh(ctx, p, holds[first], seqs[first], eval)
+				} else {
+					calls[c].cmd = queueRenewals(ctx, p, holds[first:first+calls[c].n], eval)
+				}
 			}
 			return nil
 		})
@@ -361,7 +396,11 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 				}
 				continue
 			}
-			readRenewals(call.cmd, ok[call.first:call.first+call.n], errs[call.first:call.first+call.n])
+			most := int64(1)
+			if refresh[call.first] {
+				most = 2
+			}
+			readRenewals(call.cmd, most, codes[call.first:call.first+call.n], errs[call.first:call.first+call.n])
 		}
 	}
 	all := make([]int, len(calls))
@@ -380,7 +419,25 @@ func extendAll(holds []*hold, sent time.Time) ([]bool, []error) {
 			send(noScript, true)
 		}
 	}
-	return ok, errs
+	return codes, errs, refresh
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// queueRefresh queues the refresh of h, a fair lock's waiter at place seq
+// in its queue, in p.
+func queueRefresh(ctx context.Context, p redis.Pipeliner, h *hold, seq int64, eval bool) *redis.Cmd {
+	keys := []string{h.rl.key, h.rl.queue, h.rl.waiterKeys + h.id}
+	lease := h.lease.Milliseconds()
+	if eval {
+		return p.Eval(ctx, fairRefreshSource, keys, h.id, lease, seq, lease)
+	}
+	return p.EvalSha(ctx, fairRefreshScript.Hash(), keys, h.id, lease, seq, lease)
 }
 
 // perScript caps the keys one extend_many.lua call renews: a call over
@@ -409,9 +466,9 @@ func queueRenewals(ctx context.Context, p redis.Pipeliner, holds []*hold, eval b
 	return p.EvalSha(ctx, extendMany.Hash(), keys, args...)
 }
 
-// readRenewals reads the reply of queueRenewals into ok and errs, one per
-// hold.
-func readRenewals(cmd *redis.Cmd, ok []bool, errs []error) {
+// readRenewals reads the reply of queueRenewals (or queueRefresh) into codes
+// and errs, one per hold: each code from 0 to most.
+func readRenewals(cmd *redis.Cmd, most int64, codes []int64, errs []error) {
 	reply, err := cmd.Result()
 	if err != nil {
 		for i := range errs {
@@ -423,16 +480,15 @@ func readRenewals(cmd *redis.Cmd, ok []bool, errs []error) {
 	if !isArray {
 		values = []any{reply}
 	}
-	for i := range ok {
+	for i := range codes {
 		var n int64 = -1
-		if i < len(values) && len(values) == len(ok) {
+		if i < len(values) && len(values) == len(codes) {
 			n, _ = values[i].(int64)
 		}
-		switch n {
-		case 0, 1:
-			ok[i], errs[i] = n == 1, nil
-		default:
-			errs[i] = fmt.Errorf("%w: %T %.64v where 0 or 1 was due", ErrUnexpectedReply, reply, reply)
+		if n >= 0 && n <= most {
+			codes[i], errs[i] = n, nil
+		} else {
+			errs[i] = fmt.Errorf("%w: %T %.64v where 0 to %d was due", ErrUnexpectedReply, reply, reply, most)
 		}
 	}
 }

@@ -1,0 +1,341 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fair locks: the waiters of a key queue in Redis, in a sorted set in the
+// key's hash slot ordered by a server-side sequence, and a release hands
+// the lock to the first live waiter (fair_release.lua): it sets the key to
+// that waiter's id and publishes it, and the waiter holds the lock from the
+// moment it hears, without a round trip of its own. A waiter is live while
+// its liveness key exists: its process refreshes it every lease/3 through
+// the Locker's watchdog batches, and it lapses one lease after its process
+// died. A waiter that gives up leaves the queue, and passes the lock on if
+// it was handed to it meanwhile.
+
+// WithFairness makes waits for the lock fair across processes: AcquireWait
+// and Do queue in Redis, and each release hands the lock to the waiter that
+// has waited longest, wherever it runs. See "Fair locks" in the package
+// documentation for how, and for the limits.
+func WithFairness() Option {
+	return func(o *options) { o.fair = true }
+}
+
+var (
+	//go:embed fair_acquire.lua
+	fairAcquireSource string
+	//go:embed fair_release.lua
+	fairReleaseSource string
+	//go:embed fair_refresh.lua
+	fairRefreshSource string
+
+	fairAcquireScript = redis.NewScript(fairAcquireSource)
+	fairReleaseScript = redis.NewScript(fairReleaseSource)
+	fairRefreshScript = redis.NewScript(fairRefreshSource)
+)
+
+func init() {
+	sources[fairAcquireScript] = fairAcquireSource
+	sources[fairReleaseScript] = fairReleaseSource
+	sources[fairRefreshScript] = fairRefreshSource
+}
+
+// fair reports whether rl is a fair lock.
+func (rl *RedisLock) fair() bool { return rl.queue != "" }
+
+// fenced reports whether rl mints fencing tokens.
+func (rl *RedisLock) fenced() bool { return len(rl.acquireKeys) > 2 }
+
+// fairKeys returns the keys of fair_acquire.lua for the waiter id.
+func (rl *RedisLock) fairKeys(id string) []string {
+	keys := []string{rl.key, rl.acquireKeys[1], rl.queue, rl.waiterKeys + id}
+	if rl.fenced() {
+		keys = append(keys, rl.acquireKeys[2])
+	}
+	return keys
+}
+
+// attemptFair runs fair_acquire.lua for id, joining the queue when window
+// is positive. It returns the fencing token (0 when not fenced) of a lock
+// taken; else -1, how long to wait before the next attempt, and the
+// waiter's score in the queue.
+func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
+	reply, err := rl.run(ctx, fairAcquireScript, rl.fairKeys(id), id, lease.Milliseconds(), window.Milliseconds(), rl.waiterKeys)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if v, ok := reply.([]any); ok && len(v) == 2 {
+		wait, okWait := v[0].(int64)
+		seq, okSeq := v[1].(int64)
+		if okWait && okSeq && wait >= -1 && seq >= 0 {
+			return -1, time.Duration(wait) * time.Millisecond, seq, nil
+		}
+	}
+	token, wait, err = rl.parseAcquire(reply)
+	return token, wait, 0, err
+}
+
+// handoff is a release's message that handed the lock to a waiter.
+type handoff struct {
+	seq   int64 // the waiter's score in the queue
+	token int64 // its fencing token; 0 when not fenced
+}
+
+// parseHandoff reads fair_release.lua's message "<id> <seq> <token>"; ok
+// is false for anything else (an empty message is a release that handed
+// nothing on).
+func parseHandoff(payload string) (id string, m handoff, ok bool) {
+	f := strings.Fields(payload)
+	if len(f) != 3 {
+		return "", handoff{}, false
+	}
+	seq, err1 := strconv.ParseFloat(f[1], 64)
+	token, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || seq < 0 || seq >= 1<<53 {
+		return "", handoff{}, false
+	}
+	return f[0], handoff{seq: int64(seq), token: token}, true
+}
+
+// fairWait is AcquireWait on a fair lock.
+func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
+	// One fair wait per RedisLock at a time: one that comes meanwhile
+	// re-enters the lock the first takes, or queues when it gives up.
+	select {
+	case rl.fairTurn <- struct{}{}:
+	case <-waitCtx.Done():
+		return rl.gaveUp(waitCtx)
+	case <-rl.lockerDone():
+		return opErr("wait for", rl.key, ErrLockerClosed)
+	}
+	defer func() { <-rl.fairTurn }()
+
+	// The first attempt does not queue: a free lock costs one round trip,
+	// and a re-entry or the reason a hold ended come back as from
+	// AcquireCtx.
+	ok, _, err := rl.acquireCtx(ctx)
+	switch {
+	case ok:
+		return nil
+	case err != nil && ending(ctx):
+		return rl.gaveUp(ctx)
+	case err != nil:
+		return err
+	}
+	lease := time.Duration(rl.expiry.Load())
+	h := rl.newHold(ctx, newID(), lease)
+	h.state = queued
+	h.nudge = make(chan struct{}, 1)
+	w := rl.joinFair(waitCtx, h.id) // subscribed before it queues: no handoff goes unheard
+	defer func() {
+		w.quit()
+		rl.leaveQueue(ctx, h)
+	}()
+
+	var t timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	failures := 0
+	attempt := true
+	for {
+		switch {
+		case rl.lockerClosed():
+			return opErr("wait for", rl.key, ErrLockerClosed)
+		case ending(ctx):
+			return rl.gaveUp(ctx)
+		case ending(waitCtx):
+			return rl.gaveUp(waitCtx)
+		}
+		if m, handed := w.handed(); handed || attempt {
+			attempt = false
+			done, wait, err := rl.fairStep(ctx, h, m)
+			switch {
+			case done && err == nil && ending(ctx):
+				rl.passOn(ctx)
+				return rl.gaveUp(ctx)
+			case done:
+				return err
+			case err != nil && ending(ctx):
+				continue
+			case err != nil:
+				return err
+			}
+			failures++
+			d, more := rl.retry.Backoff(failures)
+			if !more {
+				return fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
+			}
+			switch {
+			case wait < 0: // no expiry: only releases and retries end it
+			case w.subscribed():
+				d = wait
+			default:
+				d = min(d, wait)
+			}
+			if t == nil {
+				t = rl.clock.NewTimer(max(d, 0))
+			} else {
+				t.Reset(max(d, 0))
+			}
+		}
+		var tick <-chan time.Time
+		if t != nil {
+			tick = t.C()
+		}
+		select {
+		case <-waitCtx.Done():
+		case <-ctx.Done():
+		case <-w.wake(): // a handoff, or a release that handed nothing on
+			attempt = w.takeAttempt()
+		case <-h.nudge: // a refresh found it handed the lock, or out of the queue
+			attempt = true
+		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended
+			attempt = true
+		case <-rl.lockerDone():
+		case <-tick:
+			attempt = true
+		}
+	}
+}
+
+// fairStep makes one step of the fair wait of h, under rl.op: it re-enters
+// a hold that another call of rl took meanwhile, takes over the lock that
+// m (when not nil) handed to h, or makes an attempt that keeps h queued.
+// It reports done when the wait is over, err saying how; otherwise, how
+// long to wait before the next attempt.
+func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bool, wait time.Duration, err error) {
+	if err := rl.lockOp(ctx); err != nil {
+		return false, 0, opErr("acquire", rl.key, err)
+	}
+	defer rl.unlockOp()
+	rl.mu.Lock()
+	if cur := rl.cur; cur != nil && cur.count > 0 {
+		rl.mu.Unlock()
+		if !cur.live() {
+			return true, 0, cur.err
+		}
+		ok, err := rl.reenter(ctx, cur)
+		countAcquire(true, ok, err)
+		return true, 0, err
+	}
+	// A handoff counts if it is of h's latest place in the queue, and the
+	// lease it gave is still ahead by our accounting: the key was set
+	// after the latest round trip that found h waiting was sent.
+	if m != nil && m.seq == h.seq && rl.clock.Now().Before(h.until) {
+		rl.mu.Unlock()
+		if !rl.beginHold(h, m.token) {
+			return true, 0, opErr("acquire", rl.key, ErrLockerClosed)
+		}
+		countAcquire(false, true, nil)
+		return true, 0, nil
+	}
+	rl.mu.Unlock()
+
+	sent := rl.clock.Now()
+	token, wait, seq, err := rl.attemptFair(ctx, h.id, h.lease, h.lease)
+	if err != nil {
+		countAcquire(false, false, err)
+		return false, 0, opErr("acquire", rl.key, err)
+	}
+	rl.mu.Lock()
+	if token >= 0 {
+		h.until = sent.Add(h.lease - drift(h.lease))
+		rl.mu.Unlock()
+		if !rl.beginHold(h, token) {
+			return true, 0, opErr("acquire", rl.key, ErrLockerClosed)
+		}
+		countAcquire(false, true, nil)
+		return true, 0, nil
+	}
+	countAcquire(false, false, nil)
+	if seq > 0 { // waiting: a handoff of h comes after this round trip
+		first := h.seq == 0
+		h.seq = seq
+		rl.waitingLocked(h, sent)
+		if first {
+			h.renewals = rl.owner().renewalsFor(rl.clock)
+			h.renewals.schedule(h)
+		}
+	}
+	rl.mu.Unlock()
+	return false, wait, nil
+}
+
+// waitingLocked records that a round trip sent at sent found h waiting in
+// the queue: were the lock handed to h later, it is valid until one lease
+// after sent, by our accounting. The caller holds rl.mu.
+func (rl *RedisLock) waitingLocked(h *hold, sent time.Time) {
+	if until := sent.Add(h.lease - drift(h.lease)); until.After(h.until) {
+		h.until = until
+	}
+	h.nextRenew = sent.Add(h.lease / 3)
+}
+
+// passOn gives back the hold that a fair wait took as its context ended:
+// the release hands the lock to the next waiter.
+func (rl *RedisLock) passOn(ctx context.Context) {
+	if h, last, _ := rl.giveBack(); last {
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+		defer cancel()
+		_ = rl.releaseLast(releaseCtx, h)
+	}
+}
+
+// leaveQueue ends h if it is still queued, and has its id leave the queue
+// in the background, passing the lock on if it was handed to h meanwhile.
+func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
+	rl.mu.Lock()
+	queued := h.state == queued
+	if queued {
+		rl.closeLocked(h, nil)
+	}
+	rl.mu.Unlock()
+	if queued {
+		rl.abandonLater(ctx, h.id, h.lease)
+	}
+}
+
+// refresh keeps h live in its queue (fair_refresh.lua): 2 when the lock was
+// handed to it, 1 when it waits, 0 when it is out of the queue.
+func (rl *RedisLock) refresh(ctx context.Context, h *hold, seq int64) (int64, error) {
+	return rl.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiterKeys + h.id},
+		h.id, h.lease.Milliseconds(), seq, h.lease.Milliseconds())
+}
+
+// refreshed records the reply to a refresh of h sent at sent.
+func (rl *RedisLock) refreshed(h *hold, sent time.Time, code int64, err error) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	h.renewal = nil
+	switch {
+	case !h.live():
+	case h.state != queued: // it took the lock meanwhile
+		h.renewals.schedule(h)
+	case err != nil:
+		h.failures++
+		h.nextRenew = rl.clock.Now().Add(retryBackoff(h.lease/3, h.failures))
+		h.renewals.schedule(h)
+	case code == 1:
+		h.failures = 0
+		rl.waitingLocked(h, sent)
+		h.renewals.schedule(h)
+	default: // handed the lock, or out of the queue: its next attempt says
+		h.nextRenew = sent.Add(h.lease / 3)
+		h.renewals.schedule(h)
+		select {
+		case h.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
