@@ -100,6 +100,8 @@ func runChild(role string) int {
 		err = pausedHolder(report)
 	case "hammer":
 		err = hammerChild(report)
+	case "fair-waiter":
+		err = fairWaiterChild(report)
 	case "noisy":
 		fmt.Println("done 0 0 0 printed on stdout, as go-zero's usage log is")
 		logx.Stat("a usage line")
@@ -198,7 +200,11 @@ func hammerChild(out io.Writer) error {
 	histories := make([][]fencedOp, goroutines)
 	for g := 0; g < goroutines; g++ {
 		key := fmt.Sprintf("hammer:%d", g%keys)
-		rl := NewRedisLock(FromGoRedis(c), key, WithFencing(), WithExpiry(2*time.Second))
+		opts := []Option{WithFencing(), WithExpiry(2 * time.Second)}
+		if os.Getenv("HAMMER_FAIR") != "" {
+			opts = append(opts, WithFairness())
+		}
+		rl := NewRedisLock(FromGoRedis(c), key, opts...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
