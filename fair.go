@@ -118,17 +118,24 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 	}
 	defer func() { <-rl.fairTurn }()
 
-	// The first attempt does not queue: a free lock costs one round trip,
-	// and a re-entry or the reason a hold ended come back as from
-	// AcquireCtx.
-	ok, _, err := rl.acquireCtx(ctx)
-	switch {
-	case ok:
-		return nil
-	case err != nil && ending(ctx):
-		return rl.gaveUp(ctx)
-	case err != nil:
-		return err
+	// The first attempt does not queue, so that a free lock costs one
+	// round trip and no subscription; a re-entry or the reason a hold ended
+	// come back as from AcquireCtx. When waiters of this process are
+	// subscribed to the key already, the first attempt is the one that
+	// queues (it takes a free lock all the same).
+	rl.mu.Lock()
+	counting := rl.cur != nil && rl.cur.count > 0 // a re-entry, or a hold that ended
+	rl.mu.Unlock()
+	if counting || !rl.subscribed() {
+		ok, _, err := rl.acquireCtx(ctx)
+		switch {
+		case ok:
+			return nil
+		case err != nil && ending(ctx):
+			return rl.gaveUp(ctx)
+		case err != nil:
+			return err
+		}
 	}
 	lease := time.Duration(rl.expiry.Load())
 	h := rl.newHold(ctx, newID(), lease)

@@ -117,9 +117,10 @@ else
 end
 if redis.call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
     seq = tonumber(redis.call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
-elseif last then
-    redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[3]), "GT")
-else
+elseif not last then
+    -- A new queue lives two windows; each refresh pushes that on (see
+    -- fair_refresh.lua), so it expires two windows after its last live
+    -- waiter stopped refreshing.
     redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[3]))
 end
 redis.call("SET", KEYS[4], ARGV[2], "PX", ARGV[3])

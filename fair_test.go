@@ -127,3 +127,209 @@ func TestFairAcquireCtxDoesNotJumpTheQueue(t *testing.T) {
 		t.Errorf("the first holder's release: %v, want ErrLockLost", err)
 	}
 }
+
+// fairOrder runs n waiters of key, each on a client of its own made by
+// newClient, queued one after another, and returns the order in which they
+// acquired (each takes a fenced token above its predecessor's).
+func fairOrder(t *testing.T, n int, key string, admin redis.UniversalClient, newStore func(i int) (Scripter, Subscriber)) []int {
+	t.Helper()
+	store, ps := newStore(0)
+	holder := NewRedisLock(store, key, WithFairness(), WithFencing(), WithPubSub(ps))
+	mustAcquire(t, holder)
+	var mu sync.Mutex
+	var order []int
+	last := holder.Token()
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		store, ps := newStore(i)
+		rl := NewRedisLock(store, key, WithFairness(), WithFencing(), WithPubSub(ps))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rl.AcquireWait(context.Background()); err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			if rl.Token() <= last {
+				t.Errorf("waiter %d: token %d not above %d", i, rl.Token(), last)
+			}
+			last = rl.Token()
+			order = append(order, i)
+			mu.Unlock()
+			mustRelease(t, rl)
+		}()
+		for end := time.Now().Add(10 * time.Second); admin.ZCard(context.Background(), relatedName(key, "queue")).Val() != int64(i); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("waiter %d did not queue", i)
+			}
+		}
+	}
+	mustRelease(t, holder)
+	wg.Wait()
+	return order
+}
+
+// TestFairOnClusterAndGoZero: fair locks keep arrival order through a
+// ClusterClient (keys on several nodes, the queue in the key's slot) and
+// through go-zero's store (EVAL, wake-ups through WithPubSub).
+func TestFairOnClusterAndGoZero(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		c, _ := startCluster(t)
+		for _, key := range []string{"fair:alpha", "fair:beta", "{fair}:gamma"} {
+			order := fairOrder(t, 4, key, c, func(int) (Scripter, Subscriber) { return FromGoRedis(c), c })
+			if fmt.Sprint(order) != "[1 2 3 4]" {
+				t.Errorf("%q: acquired in order %v", key, order)
+			}
+		}
+	})
+	t.Run("go-zero", func(t *testing.T) {
+		srv := redisserver.Start(t)
+		admin := srv.Client(t)
+		order := fairOrder(t, 4, "fair:gozero-store", admin, func(int) (Scripter, Subscriber) {
+			return goZeroStore(srv.Addr), srv.Client(t)
+		})
+		if fmt.Sprint(order) != "[1 2 3 4]" {
+			t.Errorf("acquired in order %v", order)
+		}
+	})
+}
+
+// TestFairLockSemantics: re-entry, Do, WithMaxHold, loss and Locker.Close
+// work on fair locks as on others, and a handed hold that ends passes the
+// lock on to the next waiter.
+func TestFairLockSemantics(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+
+	t.Run("re-entry and Do", func(t *testing.T) {
+		rl := NewRedisLock(FromGoRedis(srv.Client(t)), "fair:reenter", WithFairness())
+		err := rl.Do(ctx, func(ctx context.Context) error {
+			return rl.Do(ctx, func(context.Context) error {
+				if rl.Holds() != 2 {
+					return fmt.Errorf("holds %d inside a nested Do", rl.Holds())
+				}
+				return nil
+			})
+		})
+		if err != nil || rl.Holds() != 0 || admin.Exists(ctx, "fair:reenter").Val() != 0 {
+			t.Fatalf("Do: %v, holds %d afterwards", err, rl.Holds())
+		}
+	})
+
+	t.Run("goroutines of one RedisLock", func(t *testing.T) {
+		key := "fair:shared"
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		mustAcquire(t, holder)
+		rl := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := rl.AcquireWait(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		waitQueued(t, admin, key, 1) // one of them queues; the others wait behind it
+		time.Sleep(20 * time.Millisecond)
+		if n := fairQueueLen(t, admin, key); n != 1 {
+			t.Fatalf("%d entries queued for one RedisLock", n)
+		}
+		mustRelease(t, holder)
+		wg.Wait()
+		if rl.Holds() != 4 {
+			t.Fatalf("holds %d after 4 waits", rl.Holds())
+		}
+		for range 4 {
+			mustRelease(t, rl)
+		}
+		if admin.Exists(ctx, key).Val() != 0 {
+			t.Fatal("the key is left after the last release")
+		}
+	})
+
+	t.Run("maximum hold of a handed hold passes it on", func(t *testing.T) {
+		key := "fair:maxhold"
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		mustAcquire(t, holder)
+		stuck := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithMaxHold(200*time.Millisecond))
+		go func() { _ = stuck.AcquireWait(ctx) }()
+		waitQueued(t, admin, key, 1)
+		next := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		got := make(chan error, 1)
+		go func() { got <- next.AcquireWait(ctx) }()
+		waitQueued(t, admin, key, 2)
+		mustRelease(t, holder)
+		if err := <-got; err != nil { // after stuck's maximum hold, not its 10s lease
+			t.Fatal(err)
+		}
+		waitDone(t, stuck.Done(), "the stuck hold's end")
+		if !errors.Is(stuck.Err(), ErrMaxHoldExceeded) {
+			t.Fatalf("the stuck hold ended with %v", stuck.Err())
+		}
+		if _, err := stuck.Release(); !errors.Is(err, ErrMaxHoldExceeded) {
+			t.Fatalf("its release: %v", err)
+		}
+		mustRelease(t, next)
+	})
+
+	t.Run("loss of a handed hold", func(t *testing.T) {
+		key := "fair:lost"
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		mustAcquire(t, holder)
+		rl := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(300*time.Millisecond))
+		got := make(chan error, 1)
+		go func() { got <- rl.AcquireWait(ctx) }()
+		waitQueued(t, admin, key, 1)
+		mustRelease(t, holder)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		admin.Set(ctx, key, "outsider", 0)
+		waitDone(t, rl.Done(), "the loss")
+		if !errors.Is(rl.Err(), ErrLockLost) {
+			t.Fatalf("ended with %v", rl.Err())
+		}
+		if _, err := rl.Release(); !errors.Is(err, ErrLockLost) || admin.Get(ctx, key).Val() != "outsider" {
+			t.Fatalf("release after the loss: %v; the key holds %q", err, admin.Get(ctx, key).Val())
+		}
+		admin.Del(ctx, key)
+	})
+
+	t.Run("Locker closed while waiting", func(t *testing.T) {
+		key := "fair:closed"
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		mustAcquire(t, holder)
+		l := NewLocker(FromGoRedis(srv.Client(t)), WithFairness())
+		errs := make(chan error, 3)
+		for range 3 {
+			rl := l.NewLock(key)
+			go func() { errs <- rl.AcquireWait(ctx) }()
+		}
+		waitQueued(t, admin, key, 3)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := <-errs; !errors.Is(err, ErrLockerClosed) {
+				t.Fatalf("a wait of a closed Locker: %v", err)
+			}
+		}
+		givingBack.Wait()
+		if n := fairQueueLen(t, admin, key); n != 0 {
+			t.Fatalf("%d waiters left queued after Close", n)
+		}
+		next := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+		got := make(chan error, 1)
+		go func() { got <- next.AcquireWait(ctx) }()
+		waitQueued(t, admin, key, 1)
+		mustRelease(t, holder)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, next)
+	})
+}

@@ -120,6 +120,28 @@ func (rl *RedisLock) othersWaiting() bool {
 	return c != nil && len(c.queue) > 0
 }
 
+// subscribed reports whether this process's subscription to rl's channel
+// is confirmed: other waiters wait for the key.
+func (rl *RedisLock) subscribed() bool {
+	if rl.pubsub == nil {
+		return false
+	}
+	l := rl.knownOwner()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hubs[rl.hubKey()]
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[rl.channel]
+	return c != nil && c.confirmed
+}
+
 // joinWait puts an AcquireWait of rl in the queue of rl's channel, opening
 // the client's hub if needed and waiting (within ctx and subscribeWait) for
 // the channel's subscription to be confirmed. It returns nil when rl has no

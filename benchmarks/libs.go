@@ -37,11 +37,16 @@ const lease = 3 * time.Second
 // libraryNames are the contenders, in the order of the results.
 var libraryNames = []string{"redislock", "go-zero", "bsm/redislock", "redsync", "rueidislock"}
 
+// fairName is redislock with WithFairness, which takes part in the hot key.
+const fairName = "redislock, fair"
+
 // newLibrary returns the named library, on the Redis at addr.
 func newLibrary(name, addr string) library {
 	switch name {
 	case "redislock":
-		return ours(addr)
+		return ours(addr, false)
+	case fairName:
+		return ours(addr, true)
 	case "go-zero":
 		return goZero(addr)
 	case "bsm/redislock":
@@ -83,12 +88,16 @@ func (o oursLock) try(ctx context.Context) (bool, error) { return o.l.AcquireCtx
 func (o oursLock) wait(ctx context.Context) error        { return o.l.AcquireWait(ctx) }
 func (o oursLock) release(ctx context.Context) error     { _, err := o.l.ReleaseCtx(ctx); return err }
 
-func ours(addr string) library {
+func ours(addr string, fair bool) library {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	name, opts := "redislock", []redislock.Option{redislock.WithExpiry(lease)}
+	if fair {
+		name, opts = fairName, append(opts, redislock.WithFairness())
+	}
 	return library{
-		name: "redislock",
+		name: name,
 		new: func(key string) lock {
-			return oursLock{redislock.NewRedisLock(redislock.FromGoRedis(c), key, redislock.WithExpiry(lease))}
+			return oursLock{redislock.NewRedisLock(redislock.FromGoRedis(c), key, opts...)}
 		},
 		hold: func(key string) (func(), error) {
 			l := redislock.NewRedisLock(redislock.FromGoRedis(c), key, redislock.WithExpiry(lease))

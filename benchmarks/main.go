@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,8 +31,18 @@ import (
 var (
 	quick = flag.Bool("quick", false, "shorter runs, for a smoke test")
 	held  = flag.String("held", "", "internal: run the held-locks scenario for this library against -addr")
-	addr  = flag.String("addr", "", "internal: the Redis address for -held")
+	addr  = flag.String("addr", "", "internal: the Redis address for -held and -hot")
+	hot   = flag.String("hot", "", "internal: run contenders of the hot-key scenario for this library against -addr")
+	first = flag.Int("first", 1, "internal: the number of the first contender of -hot")
+	count = flag.Int("contenders", 1, "internal: how many contenders -hot runs")
+	from  = flag.Int64("from", 0, "internal: when -hot starts, in ns since the epoch")
+	until = flag.Int64("until", 0, "internal: when -hot stops, in ns since the epoch")
+	only  = flag.String("only", "", "run the hot key alone, for this library, and print its rows")
 )
+
+// hotProcesses is how many processes the contenders of the hot key are
+// spread over.
+const hotProcesses = 4
 
 const heldLocks = 10_000
 
@@ -42,6 +51,10 @@ func main() {
 	logx.Disable() // go-zero's slow-call logs would drown the run
 	if *held != "" {
 		heldChild(*held, *addr)
+		return
+	}
+	if *hot != "" {
+		hotChild(*hot, *addr, *first, *count, time.Unix(0, *from), time.Unix(0, *until))
 		return
 	}
 	srv, err := startRedis()
@@ -57,6 +70,15 @@ func main() {
 	heldFor := 10 * time.Second
 	if *quick {
 		d, heldFor = 500*time.Millisecond, 2*time.Second
+	}
+	if *only != "" {
+		for _, n := range []int{8, 32} {
+			admin.FlushAll(context.Background())
+			h := hotKey(*only, srv.addr, admin, n, d)
+			fmt.Printf("%s, %d contenders: %.0f acq/s, %.0f changes/s, handoff p50 %s p99 %s, %.1f commands/acq, fairness %.2f\n",
+				*only, n, h.perSec, h.switches, us(h.p50), us(h.p99), h.cmdsPer, h.minShare)
+		}
+		return
 	}
 	// Uncontended pairs are interleaved: rounds of d/rounds per library in
 	// turn, so that the loopback's drift over the run (10-20%, and more on
@@ -86,7 +108,7 @@ func main() {
 		}
 		for i, n := range []int{8, 32} {
 			admin.FlushAll(context.Background())
-			r.hot[i] = hotKey(lib, admin, n, d)
+			r.hot[i] = hotKey(lib.name, srv.addr, admin, n, d)
 		}
 		lib.close()
 		admin.FlushAll(context.Background())
@@ -94,6 +116,14 @@ func main() {
 		rows = append(rows, r)
 		fmt.Fprintf(os.Stderr, "%s done\n", lib.name)
 	}
+	// Fair locks take part in the hot key only: elsewhere they are the
+	// plain locks.
+	r := row{lib: fairName, hotOnly: true}
+	for i, n := range []int{8, 32} {
+		admin.FlushAll(context.Background())
+		r.hot[i] = hotKey(fairName, srv.addr, admin, n, d)
+	}
+	rows = append(rows, r)
 	if err := writeResults(rows, d, heldFor); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
@@ -122,6 +152,7 @@ type row struct {
 	uncontended [2]latency // 1 and 32 goroutines
 	hot         [2]latency // 8 and 32 contenders
 	held        heldResult
+	hotOnly     bool // measured on the hot key only
 }
 
 // uncontended runs g goroutines, each taking and releasing a key of its
@@ -159,69 +190,132 @@ func uncontended(lib library, g int, d time.Duration) []time.Duration {
 	return times
 }
 
-// hotKey runs n contenders on one key for d, each waiting the library's
-// own way and holding the lock for 1ms, and measures the handoff from one
-// holder's release call to the next different holder's acquisition.
-func hotKey(lib library, admin *redis.Client, n int, d time.Duration) latency {
+// hotKey runs n contenders on one key for d, spread over hotProcesses
+// child processes, each waiting the library's own way and holding the lock
+// for 1ms, and measures the handoff from one holder's release call to the
+// next different holder's acquisition, on the merged timeline of every
+// process (they share the machine's clock).
+func hotKey(lib, addr string, admin *redis.Client, n int, d time.Duration) latency {
+	type event struct {
+		g        int
+		got, rel int64
+	}
 	var (
-		mu                      sync.Mutex
-		handoffs                []time.Duration
-		acquired                atomic.Int64
-		lastHolder, lastRelease atomic.Int64
-		wg                      sync.WaitGroup
-		perContender            = make([]int64, n+1)
+		mu     sync.Mutex
+		events []event
+		wg     sync.WaitGroup
 	)
+	start := time.Now().Add(time.Second) // a second to start the processes
+	end := start.Add(d)
 	cmds0 := totalCommands(admin)
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	for g := 1; g <= n; g++ {
-		l := lib.new("bench:hot")
+	for p := 0; p < hotProcesses; p++ {
+		per := n / hotProcesses
+		cmd := exec.Command(os.Args[0], "-hot", lib, "-addr", addr, "-first", strconv.Itoa(1+p*per),
+			"-contenders", strconv.Itoa(per), "-from", strconv.FormatInt(start.UnixNano(), 10),
+			"-until", strconv.FormatInt(end.UnixNano(), 10))
+		cmd.Stderr = os.Stderr
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "hot key:", err)
+			return latency{}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				// The wait must not end the hold with ctx (redislock and
-				// rueidislock bind the hold to it): a context of its own.
-				wctx, wcancel := context.WithCancel(context.Background())
-				stop := context.AfterFunc(ctx, wcancel)
-				err := l.wait(wctx)
-				stop()
-				if err != nil {
-					wcancel()
-					return
+			defer cmd.Wait()
+			sc := bufio.NewScanner(out)
+			var mine []event
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) == 4 && f[0] == "acq" {
+					var e event
+					e.g, _ = strconv.Atoi(f[1])
+					e.got, _ = strconv.ParseInt(f[2], 10, 64)
+					e.rel, _ = strconv.ParseInt(f[3], 10, 64)
+					mine = append(mine, e)
 				}
-				got := time.Now()
-				if prev := lastHolder.Load(); prev != 0 && prev != int64(g) {
-					mu.Lock()
-					handoffs = append(handoffs, got.Sub(time.Unix(0, lastRelease.Load())))
-					mu.Unlock()
-				}
-				acquired.Add(1)
-				perContender[g]++
-				for end := got.Add(time.Millisecond); time.Now().Before(end); {
-					runtime.Gosched()
-				}
-				lastHolder.Store(int64(g))
-				lastRelease.Store(time.Now().UnixNano())
-				_ = l.release(context.Background())
-				wcancel()
 			}
+			mu.Lock()
+			events = append(events, mine...)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	n64 := acquired.Load()
-	least, most := n64, int64(0)
+	cmds := totalCommands(admin) - cmds0
+	slices.SortFunc(events, func(a, b event) int { return int(a.got - b.got) })
+	var handoffs []time.Duration
+	perContender := make([]int64, n+1)
+	for i, e := range events {
+		perContender[e.g]++
+		if i > 0 && events[i-1].g != e.g {
+			handoffs = append(handoffs, time.Duration(e.got-events[i-1].rel))
+		}
+	}
+	acquired := int64(len(events))
+	least, most := acquired, int64(0)
 	for _, c := range perContender[1:] {
 		least, most = min(least, c), max(most, c)
 	}
 	return latency{
 		switches: float64(len(handoffs)) / d.Seconds(),
 		minShare: float64(least) / float64(max(most, 1)),
-		perSec:   float64(n64) / d.Seconds(),
+		perSec:   float64(acquired) / d.Seconds(),
 		p50:      pct(handoffs, 50),
 		p99:      pct(handoffs, 99),
-		cmdsPer:  float64(totalCommands(admin)-cmds0) / float64(max(n64, 1)),
+		cmdsPer:  float64(cmds) / float64(max(acquired, 1)),
 	}
+}
+
+// hotChild runs count contenders of the hot key, numbered from first,
+// until stop, and prints each acquisition: "acq <contender> <acquired>
+// <release called>", in ns since the epoch. The contenders of every
+// process start together, at start.
+func hotChild(name, addr string, first, count int, start, stop time.Time) {
+	lib := newLibrary(name, addr)
+	defer lib.close()
+	ctx, cancel := context.WithDeadline(context.Background(), stop)
+	defer cancel()
+	time.Sleep(time.Until(start))
+	var mu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	var wg sync.WaitGroup
+	for g := first; g < first+count; g++ {
+		l := lib.new("bench:hot")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lines []string
+			for ctx.Err() == nil {
+				// The wait must not end the hold with ctx (redislock and
+				// rueidislock bind the hold to it): a context of its own.
+				wctx, wcancel := context.WithCancel(context.Background())
+				stopWait := context.AfterFunc(ctx, wcancel)
+				err := l.wait(wctx)
+				stopWait()
+				if err != nil {
+					wcancel()
+					break
+				}
+				got := time.Now()
+				for end := got.Add(time.Millisecond); time.Now().Before(end); {
+					runtime.Gosched()
+				}
+				rel := time.Now()
+				_ = l.release(context.Background())
+				wcancel()
+				if got.Before(stop) {
+					lines = append(lines, fmt.Sprintf("acq %d %d %d", g, got.UnixNano(), rel.UnixNano()))
+				}
+			}
+			mu.Lock()
+			for _, line := range lines {
+				fmt.Fprintln(out, line)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 }
 
 // heldRun runs the held-locks scenario in a child process, for clean CPU

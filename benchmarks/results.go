@@ -21,11 +21,14 @@ func writeResults(rows []row, d, heldFor time.Duration) error {
 	fmt.Fprintf(&b, "Interleaved: 6 rounds of %v per library in turn, so that the loopback's drift over the run hits every library alike.\n\n", d/6)
 	fmt.Fprintf(&b, "| library | 1 goroutine: pairs/s | p50 | p99 | 32 goroutines: pairs/s | p50 | p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
+		if r.hotOnly {
+			continue
+		}
 		u := r.uncontended
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", r.lib, u[0].perSec, us(u[0].p50), us(u[0].p99), u[1].perSec, us(u[1].p50), us(u[1].p99))
 	}
-	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, each library's own waiting\n\n")
-	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups). Handoff: from one holder's release call to the next different holder's acquisition. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
+	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, contenders spread over %d processes, each library's own waiting\n\n", hotProcesses)
+	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups; waiters of one process take turns, processes race). redislock, fair: AcquireWait with WithFairness (a queue in Redis; the release hands the lock over). Each process has one client per library; the contenders of a process are goroutines with a lock each. Handoff: from one holder's release call to the next different holder's acquisition, on the timeline of all processes merged. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
 	fmt.Fprintf(&b, "Holder changes/s counts acquisitions by a different contender than the last; fairness is the fewest acquisitions of a contender over the most (1 = equal turns, 0 = someone starved).\n\n")
 	for i, n := range []int{8, 32} {
 		fmt.Fprintf(&b, "%d contenders:\n\n| library | acq/s | holder changes/s | handoff p50 | p99 | commands/acq | fairness |\n|---|---|---|---|---|---|---|\n", n)
@@ -41,6 +44,9 @@ func writeResults(rows []row, d, heldFor time.Duration) error {
 	fmt.Fprintf(&b, "| library | client CPU | CPU per lock per second | redis-server CPU per renewal | RSS per held lock | goroutines | Redis commands/s |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		h := r.held
+		if r.hotOnly {
+			continue
+		}
 		if h.err != "" {
 			fmt.Fprintf(&b, "| %s | error: %s | | | | | |\n", r.lib, h.err)
 			continue
@@ -63,24 +69,30 @@ func us(d time.Duration) string {
 	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 }
 
-// chart draws four bar charts, two by two, each where a user would choose:
-// how often the holder of the hot key changed per second with 32
-// contenders, and Redis commands per acquisition there; client CPU per
-// held lock per second while renewing; and uncontended pairs per second
-// with 32 goroutines. It shows where we are behind as well as where we
-// lead.
+// chart draws six bar charts, two by three, each where a user would
+// choose: for 32 contenders on the hot key over 4 processes, acquisitions
+// per second, fairness, Redis commands per acquisition and the handoff's
+// p99; client CPU per held lock per second while renewing; and
+// uncontended pairs per second with 32 goroutines. It shows where we are
+// behind as well as where we lead.
 func chart(rows []row, heldFor time.Duration) string {
-	const w, panelH, pad, barH = 860, 60 + 36*5, 170, 24
+	const w, panelH, pad, barH = 860, 60 + 36*6, 170, 24
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 2*panelH)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 3*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	panel := func(x0, y0 int, title string, value func(r row) float64, format string) {
-		maxV := 0.0
+	panel := func(x0, y0 int, title string, value func(r row) float64, format string, hot bool) {
+		var shown []row
 		for _, r := range rows {
+			if hot || !r.hotOnly {
+				shown = append(shown, r)
+			}
+		}
+		maxV := 0.0
+		for _, r := range shown {
 			maxV = max(maxV, value(r))
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, y0+24, title)
-		for i, r := range rows {
+		for i, r := range shown {
 			y := y0 + 44 + i*36
 			v := value(r)
 			bw := 0.0
@@ -88,7 +100,7 @@ func chart(rows []row, heldFor time.Duration) string {
 				bw = v / maxV * float64(w/2-pad-60)
 			}
 			color := "#8a9bb0"
-			if r.lib == "redislock" {
+			if strings.HasPrefix(r.lib, "redislock") {
 				color = "#d2452c"
 			}
 			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+pad-8, y+17, r.lib)
@@ -96,12 +108,14 @@ func chart(rows []row, heldFor time.Duration) string {
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">`+format+`</text>`+"\n", float64(x0+pad)+bw+6, y+17, v)
 		}
 	}
-	panel(10, 0, "32 contenders on one key: holder changes/s ↑", func(r row) float64 { return r.hot[1].switches }, "%.0f")
-	panel(w/2+10, 0, "Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f")
-	panel(10, panelH, "10,000 held locks: client µs per lock per s ↓", func(r row) float64 {
+	panel(10, 0, "32 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[1].perSec }, "%.0f", true)
+	panel(w/2+10, 0, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", true)
+	panel(10, panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", true)
+	panel(w/2+10, panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", true)
+	panel(10, 2*panelH, "10,000 held locks: client µs per lock per s ↓", func(r row) float64 {
 		return float64(r.held.cpu.Microseconds()) / heldLocks / heldFor.Seconds()
-	}, "%.1f")
-	panel(w/2+10, panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f")
+	}, "%.1f", false)
+	panel(w/2+10, 2*panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f", false)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
