@@ -373,60 +373,63 @@ func TestFaultFairRestartWithWaitersQueued(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	const lease, n = time.Second, 6
-	key := "fair:restart"
-	var all sections
 	var runs, violations int64
-	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithFencing(), WithExpiry(lease))
-	mustAcquire(t, holder)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := 1; i <= n; i++ {
-		c := srv.Client(t)
-		rl := NewRedisLock(FromGoRedis(c), key, WithFairness(), WithFencing(), WithExpiry(lease))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := rl.AcquireWait(ctx); err != nil {
-				errs <- fmt.Errorf("waiter %d: %w", i, err)
-				return
-			}
-			op, err := fencedSection(context.Background(), c, rl, i)
-			if err != nil {
-				errs <- err
-			}
-			all.add(op)
-			if _, err := rl.Release(); err != nil {
-				errs <- fmt.Errorf("waiter %d release: %w", i, err)
-			}
-		}()
-		waitQueued(t, admin, key, int64(i))
+	for run := 0; run < 3; run++ {
+		key := fmt.Sprintf("fair:restart:%d", run)
+		var all sections
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithFencing(), WithExpiry(lease))
+		mustAcquire(t, holder)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := 1; i <= n; i++ {
+			c := srv.Client(t)
+			rl := NewRedisLock(FromGoRedis(c), key, WithFairness(), WithFencing(), WithExpiry(lease))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				if err := rl.AcquireWait(ctx); err != nil {
+					errs <- fmt.Errorf("waiter %d: %w", i, err)
+					return
+				}
+				op, err := fencedSection(context.Background(), c, rl, i)
+				if err != nil {
+					errs <- err
+				}
+				all.add(op)
+				if _, err := rl.Release(); err != nil {
+					errs <- fmt.Errorf("waiter %d release: %w", i, err)
+				}
+			}()
+			waitQueued(t, admin, key, int64(i))
+		}
+		runs++
+		srv.Restart(t)
+		select {
+		case <-holder.Done():
+		case <-time.After(10 * time.Second):
+			violations++
+			t.Error("the holder did not learn that the restart erased its key")
+		}
+		if !errors.Is(holder.Err(), ErrLockLost) {
+			violations++
+			t.Errorf("the holder's hold ended with %v, want ErrLockLost", holder.Err())
+		}
+		holder.Release()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			violations++
+			t.Error(err)
+		}
+		violations += all.unlinearizable(t)
+		if all.len() != n {
+			violations++
+			t.Errorf("%d of %d waiters acquired", all.len(), n)
+		}
+		waitKeysGone(t, admin, key, 3*lease)
 	}
-	runs++
-	srv.Restart(t)
-	select {
-	case <-holder.Done():
-	case <-time.After(10 * time.Second):
-		violations++
-		t.Error("the holder did not learn that the restart erased its key")
-	}
-	if !errors.Is(holder.Err(), ErrLockLost) {
-		violations++
-		t.Errorf("the holder's hold ended with %v, want ErrLockLost", holder.Err())
-	}
-	holder.Release()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		violations++
-		t.Error(err)
-	}
-	violations += all.unlinearizable(t)
-	if len(all.ops) != n {
-		t.Errorf("%d of %d waiters acquired", len(all.ops), n)
-	}
-	waitKeysGone(t, admin, key, 3*lease)
 	recordFault(t, faultRow{
 		Case: "14. fair: restart with waiters queued", Injection: "kill -9 and restart redis-server (no persistence) with 6 waiters queued, lease 1s",
 		Promise: "the holder learns its loss; every waiter acquires; history linearizable; queue keys gone",
