@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	_ "embed"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -179,21 +178,14 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 				return err
 			}
 			failures++
-			d, more := rl.retry.Backoff(failures)
-			if !more {
-				return fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
-			}
-			switch {
-			case wait < 0: // no expiry: only releases and retries end it
-			case w.subscribed():
-				d = wait
-			default:
-				d = min(d, wait)
+			d, err := rl.nextAttempt(failures, wait, w)
+			if err != nil {
+				return err
 			}
 			if t == nil {
-				t = rl.clock.NewTimer(max(d, 0))
+				t = rl.clock.NewTimer(d)
 			} else {
-				t.Reset(max(d, 0))
+				t.Reset(d)
 			}
 		}
 		var tick <-chan time.Time

@@ -111,9 +111,9 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 				return err
 			}
 			failures++
-			d, more := rl.retry.Backoff(failures)
-			if !more {
-				return fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
+			d, err := rl.nextAttempt(failures, pttl, w)
+			if err != nil {
+				return err
 			}
 			if w == nil && rl.pubsub != nil {
 				// Subscribe now, and attempt again as soon as the
@@ -122,14 +122,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 				w = rl.joinWait(waitCtx)
 				continue
 			}
-			switch {
-			case pttl < 0: // no expiry: only releases and retries end it
-			case w.subscribed():
-				d = pttl // the release wakes us; its lease bounds the wait
-			default:
-				d = min(d, pttl)
-			}
-			arm(max(d, 0))
+			arm(d)
 		case head && siblingLease > 0:
 			// A waiter of ours holds it now; its release will wake us.
 			if w.subscribed() {
@@ -153,6 +146,26 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			w.take()
 		}
 	}
+}
+
+// nextAttempt returns how long a wait waits after its attempt number
+// failures found the lock held with wait left of its lease (negative:
+// no expiry): until the lease ends when w hears releases, else also no
+// longer than the RetryStrategy says. It returns ErrNotAcquired when the
+// strategy gives up.
+func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (time.Duration, error) {
+	d, more := rl.retry.Backoff(failures)
+	if !more {
+		return 0, fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
+	}
+	switch {
+	case wait < 0: // no expiry: only releases and retries end it
+	case w.subscribed():
+		d = wait // a release wakes us; its lease bounds the wait
+	default:
+		d = min(d, wait)
+	}
+	return max(d, 0), nil
 }
 
 // gaveUp is the error of a wait that ctx cut short.

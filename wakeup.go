@@ -101,28 +101,18 @@ func (rl *RedisLock) hubKey() any {
 // othersWaiting reports whether AcquireWaits in this process queue for
 // rl's key on rl's pub/sub client.
 func (rl *RedisLock) othersWaiting() bool {
-	if rl.pubsub == nil {
-		return false
-	}
-	l := rl.knownOwner()
-	if l == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.hubs[rl.hubKey()]
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := h.chans[rl.channel]
-	return c != nil && len(c.queue) > 0
+	return rl.ofWaiters(func(c *keyWaiters) bool { return len(c.queue) > 0 })
 }
 
 // subscribed reports whether this process's subscription to rl's channel
 // is confirmed: other waiters wait for the key.
 func (rl *RedisLock) subscribed() bool {
+	return rl.ofWaiters(func(c *keyWaiters) bool { return c.confirmed })
+}
+
+// ofWaiters reports what is of the waiters of rl's key in this process,
+// on rl's pub/sub client; false when there are none.
+func (rl *RedisLock) ofWaiters(what func(c *keyWaiters) bool) bool {
 	if rl.pubsub == nil {
 		return false
 	}
@@ -139,7 +129,7 @@ func (rl *RedisLock) subscribed() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.chans[rl.channel]
-	return c != nil && c.confirmed
+	return c != nil && what(c)
 }
 
 // joinWait puts an AcquireWait of rl in the queue of rl's channel, opening

@@ -9,7 +9,7 @@ import (
 )
 
 // writeResults writes results.md (the tables) and chart.svg.
-func writeResults(rows []row, d, heldFor time.Duration) error {
+func writeResults(rows []row, d, heldFor, rtt time.Duration) error {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# Side-by-side: redislock and other Go Redis locks\n\n")
@@ -29,6 +29,7 @@ func writeResults(rows []row, d, heldFor time.Duration) error {
 	}
 	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, contenders spread over %d processes, each library's own waiting\n\n", hotProcesses)
 	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups; waiters of one process take turns, processes race). redislock, fair: AcquireWait with WithFairness (a queue in Redis; the release hands the lock over). Each process has one client per library; the contenders of a process are goroutines with a lock each. Handoff: from one holder's release call to the next different holder's acquisition, on the timeline of all processes merged. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
+	fmt.Fprintf(&b, "A round trip (PING, one client, idle) took %s at p50 in this run.\n\n", us(rtt))
 	fmt.Fprintf(&b, "Holder changes/s counts acquisitions by a different contender than the last; fairness is the fewest acquisitions of a contender over the most (1 = equal turns, 0 = someone starved).\n\n")
 	for i, n := range []int{8, 32} {
 		fmt.Fprintf(&b, "%d contenders:\n\n| library | acq/s | holder changes/s | handoff p50 | p99 | commands/acq | fairness |\n|---|---|---|---|---|---|---|\n", n)
