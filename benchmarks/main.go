@@ -75,8 +75,8 @@ func main() {
 		for _, n := range []int{8, 32} {
 			admin.FlushAll(context.Background())
 			h := hotKey(*only, srv.addr, admin, n, d)
-			fmt.Printf("%s, %d contenders: %.0f acq/s, %.0f changes/s, handoff p50 %s p99 %s, %.1f commands/acq, fairness %.2f\n",
-				*only, n, h.perSec, h.switches, us(h.p50), us(h.p99), h.cmdsPer, h.minShare)
+			fmt.Printf("%s, %d contenders: %.0f acq/s, %.0f changes/s, handoff p50 %s p99 %s, release call p50 %s, %.1f commands/acq, fairness %.2f\n",
+				*only, n, h.perSec, h.switches, us(h.p50), us(h.p99), us(h.release), h.cmdsPer, h.minShare)
 		}
 		return
 	}
@@ -134,9 +134,10 @@ func main() {
 type latency struct {
 	perSec   float64
 	p50, p99 time.Duration
-	cmdsPer  float64 // Redis commands per operation
-	switches float64 // holder changes per second
-	minShare float64 // the least acquisitions of a contender, over the most
+	release  time.Duration // the p50 of a release call (hot key)
+	cmdsPer  float64       // Redis commands per operation
+	switches float64       // holder changes per second
+	minShare float64       // the least acquisitions of a contender, over the most
 }
 
 type heldResult struct {
@@ -198,8 +199,8 @@ func uncontended(lib library, g int, d time.Duration) []time.Duration {
 // process (they share the machine's clock).
 func hotKey(lib, addr string, admin *redis.Client, n int, d time.Duration) latency {
 	type event struct {
-		g        int
-		got, rel int64
+		g                 int
+		got, rel, relDone int64
 	}
 	var (
 		mu     sync.Mutex
@@ -228,11 +229,12 @@ func hotKey(lib, addr string, admin *redis.Client, n int, d time.Duration) laten
 			var mine []event
 			for sc.Scan() {
 				f := strings.Fields(sc.Text())
-				if len(f) == 4 && f[0] == "acq" {
+				if len(f) == 5 && f[0] == "acq" {
 					var e event
 					e.g, _ = strconv.Atoi(f[1])
 					e.got, _ = strconv.ParseInt(f[2], 10, 64)
 					e.rel, _ = strconv.ParseInt(f[3], 10, 64)
+					e.relDone, _ = strconv.ParseInt(f[4], 10, 64)
 					mine = append(mine, e)
 				}
 			}
@@ -244,10 +246,11 @@ func hotKey(lib, addr string, admin *redis.Client, n int, d time.Duration) laten
 	wg.Wait()
 	cmds := totalCommands(admin) - cmds0
 	slices.SortFunc(events, func(a, b event) int { return int(a.got - b.got) })
-	var handoffs []time.Duration
+	var handoffs, releases []time.Duration
 	perContender := make([]int64, n+1)
 	for i, e := range events {
 		perContender[e.g]++
+		releases = append(releases, time.Duration(e.relDone-e.rel))
 		if i > 0 && events[i-1].g != e.g {
 			handoffs = append(handoffs, time.Duration(e.got-events[i-1].rel))
 		}
@@ -263,13 +266,14 @@ func hotKey(lib, addr string, admin *redis.Client, n int, d time.Duration) laten
 		perSec:   float64(acquired) / d.Seconds(),
 		p50:      pct(handoffs, 50),
 		p99:      pct(handoffs, 99),
+		release:  pct(releases, 50),
 		cmdsPer:  float64(cmds) / float64(max(acquired, 1)),
 	}
 }
 
 // hotChild runs count contenders of the hot key, numbered from first,
 // until stop, and prints each acquisition: "acq <contender> <acquired>
-// <release called>", in ns since the epoch. The contenders of every
+// <release called> <release returned>", in ns since the epoch. The contenders of every
 // process start together, at start.
 func hotChild(name, addr string, first, count int, start, stop time.Time) {
 	lib := newLibrary(name, addr)
@@ -304,9 +308,10 @@ func hotChild(name, addr string, first, count int, start, stop time.Time) {
 				}
 				rel := time.Now()
 				_ = l.release(context.Background())
+				relDone := time.Now()
 				wcancel()
 				if got.Before(stop) {
-					lines = append(lines, fmt.Sprintf("acq %d %d %d", g, got.UnixNano(), rel.UnixNano()))
+					lines = append(lines, fmt.Sprintf("acq %d %d %d %d", g, got.UnixNano(), rel.UnixNano(), relDone.UnixNano()))
 				}
 			}
 			mu.Lock()
