@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -332,4 +334,74 @@ func TestFairLockSemantics(t *testing.T) {
 		}
 		mustRelease(t, next)
 	})
+}
+
+// TestFairRacesOnOneLock: every public call races every other on one fair
+// RedisLock, against a second one on the same key, with contexts ending at
+// random moments. Nothing panics or races, a nil AcquireWait always holds,
+// the two never hold at once by the key, and once all is released nothing
+// is left in Redis.
+func TestFairRacesOnOneLock(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	key := "fair:races"
+	a := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(500*time.Millisecond))
+	b := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(500*time.Millisecond))
+	ctx := context.Background()
+	end := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	var overlaps, nilWithout atomic.Int64
+	for g := 0; g < 8; g++ {
+		rl := a
+		if g%2 == 1 {
+			rl = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				wctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+				switch i % 4 {
+				case 0, 1:
+					if err := rl.AcquireWait(wctx); err == nil {
+						if rl.Holds() == 0 && rl.Err() == nil {
+							nilWithout.Add(1)
+						}
+						if a.Holds() > 0 && b.Holds() > 0 {
+							overlaps.Add(1)
+						}
+						_, _ = rl.Release()
+					}
+				case 2:
+					if ok, _ := rl.AcquireCtx(wctx); ok {
+						_, _ = rl.TTL(wctx)
+						_, _ = rl.ReleaseCtx(wctx)
+					}
+				case 3:
+					_, _ = rl.TTL(wctx)
+					_ = rl.Until()
+					_ = rl.Token()
+					<-rl.Done()
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, rl := range []*RedisLock{a, b} { // acquisitions of holds that ended meanwhile
+		for rl.Holds() > 0 || rl.Err() != nil {
+			if _, err := rl.Release(); err == nil && rl.Holds() == 0 {
+				break
+			}
+		}
+	}
+	givingBack.Wait()
+	if n := nilWithout.Load(); n > 0 {
+		t.Errorf("AcquireWait returned nil without the lock %d times", n)
+	}
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("both locks held at once %d times", n)
+	}
+	waitFor(t, 5*time.Second, "the key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
+	waitKeysGone(t, admin, key, 3*time.Second)
 }
