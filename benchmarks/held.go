@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,13 +13,18 @@ import (
 )
 
 // heldChild holds heldLocks locks of the named library with renewal until
-// SIGUSR1, and reports on stdout: "holding" once they are all held, then
-// "result CPU RSS-PER-LOCK GOROUTINES" for the time between.
+// its stdin closes, and reports on stdout: "holding" once they are all
+// held, then "result CPU RSS-PER-LOCK GOROUTINES" for the time between.
+// (Not a signal: go-zero's proc answers SIGUSR1 with a goroutine dump in
+// /tmp, and SIGUSR2 with profiling.)
 func heldChild(name, addr string) {
 	lib := newLibrary(name, addr)
 	defer lib.close()
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
 
 	runtime.GC()
 	rss0, g0 := rss(), runtime.NumGoroutine()
@@ -46,7 +51,7 @@ func heldChild(name, addr string) {
 	rss1, g1 := rss(), runtime.NumGoroutine()
 	cpu0 := cpuTime()
 	fmt.Println("holding")
-	<-usr1
+	<-stop
 	cpu := cpuTime() - cpu0
 	fmt.Println("result", cpu, float64(rss1-rss0)/heldLocks, g1-g0)
 	for _, stop := range stops {

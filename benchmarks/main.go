@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -330,6 +329,7 @@ func heldRun(lib, addr string, admin *redis.Client, d time.Duration) heldResult 
 	cmd := exec.Command(os.Args[0], "-held", lib, "-addr", addr, "-quick="+strconv.FormatBool(*quick))
 	cmd.Stderr = os.Stderr
 	out, _ := cmd.StdoutPipe()
+	in, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
 		return heldResult{err: err.Error()}
 	}
@@ -344,7 +344,7 @@ func heldRun(lib, addr string, admin *redis.Client, d time.Duration) heldResult 
 			time.Sleep(d)
 			r.cmdsPerSec = float64(totalCommands(admin)-c0) / d.Seconds()
 			r.serverCPU = serverCPU(admin) - s0
-			_ = cmd.Process.Signal(syscall.SIGUSR1)
+			_ = in.Close() // the child stops holding
 		case "result":
 			cpu, _ := time.ParseDuration(f[1])
 			r.cpu = cpu
