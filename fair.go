@@ -84,24 +84,26 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 
 // handoff is a release's message that handed the lock to a waiter.
 type handoff struct {
-	seq   int64 // the waiter's score in the queue
-	token int64 // its fencing token; 0 when not fenced
+	seq   int64         // the waiter's score in the queue
+	token int64         // its fencing token; 0 when not fenced
+	lease time.Duration // the lease it was given
 }
 
-// parseHandoff reads fair_release.lua's message "<id> <seq> <token>"; ok
-// is false for anything else (an empty message is a release that handed
-// nothing on).
+// parseHandoff reads fair_release.lua's message "<id> <seq> <token>
+// <lease>"; ok is false for anything else (an empty message is a release
+// that handed nothing on).
 func parseHandoff(payload string) (id string, m handoff, ok bool) {
 	f := strings.Fields(payload)
-	if len(f) != 3 {
+	if len(f) != 4 {
 		return "", handoff{}, false
 	}
 	seq, err1 := strconv.ParseFloat(f[1], 64)
 	token, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || seq < 0 || seq >= 1<<53 {
+	lease, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || seq < 0 || seq >= 1<<53 || lease <= 0 {
 		return "", handoff{}, false
 	}
-	return f[0], handoff{seq: int64(seq), token: token}, true
+	return f[0], handoff{seq: int64(seq), token: token, lease: time.Duration(lease) * time.Millisecond}, true
 }
 
 // fairWait is AcquireWait on a fair lock.
@@ -197,6 +199,15 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		case <-ctx.Done():
 		case <-w.wake(): // a handoff, or a release that handed nothing on
 			attempt = w.takeAttempt()
+			if d := w.takeNewHolder(); d > 0 && !attempt {
+				// Handed to another waiter: its key, unreleased, lives
+				// no longer than its lease.
+				if t == nil {
+					t = rl.clock.NewTimer(d)
+				} else {
+					t.Reset(d)
+				}
+			}
 		case <-h.nudge: // a refresh found it handed the lock, or out of the queue
 			attempt = true
 		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended

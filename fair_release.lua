@@ -16,8 +16,9 @@
 --
 -- The handoff: the queue's first waiter whose liveness key still exists
 -- gets the lock: KEYS[1] is set to its id with the lease its liveness key
--- holds, it leaves the queue, and "<id> <seq> <token>" is published on
--- ARGV[2] (token 0 without KEYS[5]). Lapsed waiters before it are dropped,
+-- holds, it leaves the queue, and "<id> <seq> <token> <lease>" is
+-- published on ARGV[2] (token 0 without KEYS[5]; the lease in ms, by which
+-- the other waiters know when the key would expire unreleased). Lapsed waiters before it are dropped,
 -- at most 10 per call; when no live one is found, KEYS[1] is deleted and
 -- an empty message is published, as release.lua does.
 --
@@ -62,7 +63,7 @@ for _ = 1, 10 do
             redis.call("SET", KEYS[5], string.format("%.0f", token))
         end
         redis.call("SET", KEYS[1], next[1], "PX", lease)
-        redis.call("PUBLISH", ARGV[2], next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token))
+        redis.call("PUBLISH", ARGV[2], next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease)
         return 1
     end
 end

@@ -405,3 +405,43 @@ func TestFairRacesOnOneLock(t *testing.T) {
 	waitFor(t, 5*time.Second, "the key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
 	waitKeysGone(t, admin, key, 3*time.Second)
 }
+
+// TestFairWaiterTracksTheNewHolder: a waiter that hears the lock handed to
+// another waiter attempts no later than that waiter's lease would end:
+// when the new holder's key expires unreleased (its holding context ended),
+// the next waiter takes it then, not when the previous holder's much
+// longer lease would have ended. (Found by the black-box review: the next
+// waiter slept out the previous holder's 6 s lease.)
+func TestFairWaiterTracksTheNewHolder(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	key := "fair:new-holder"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(6*time.Second))
+	mustAcquire(t, holder)
+	short := WithExpiry(300 * time.Millisecond)
+	first := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), short)
+	firstCtx, endFirst := context.WithCancel(context.Background())
+	defer endFirst()
+	got := make(chan error, 1)
+	go func() { got <- first.AcquireWait(firstCtx) }()
+	waitQueued(t, admin, key, 1)
+	second := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), short)
+	secondGot := make(chan error, 1)
+	go func() { secondGot <- second.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 2)
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	endFirst() // its key lasts out its 300 ms lease, unreleased
+	select {
+	case err := <-secondGot:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(4 * time.Second): // the previous holder's lease was 6 s
+		t.Fatal("the next waiter did not take the key when the new holder's lease ran out")
+	}
+	mustRelease(t, second)
+	first.Release()
+}

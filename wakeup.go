@@ -83,9 +83,10 @@ type waiter struct {
 	left   bool          // out of the queue; owned by the waiting goroutine
 
 	// Guarded by hub.mu.
-	attempt      bool     // attempt now: a release was published, or the head left
-	siblingHolds bool     // now the head, after a waiter of ours acquired the lock
-	handoff      *handoff // a fair waiter's: a release handed it the lock
+	attempt      bool          // attempt now: a release was published, or the head left
+	siblingHolds bool          // now the head, after a waiter of ours acquired the lock
+	handoff      *handoff      // a fair waiter's: a release handed it the lock
+	newHolder    time.Duration // a fair waiter's: the lease of a handoff to another waiter
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -287,9 +288,10 @@ func (h *hub) confirm(name string) {
 }
 
 // released passes on a message of the channel: a handoff to a fair waiter
-// of ours goes to it; a release that handed nothing on lets the head of
-// the queue, and every fair waiter, attempt. A handoff to a waiter of
-// another process needs nothing: the lock is held.
+// of ours goes to it, and its lease to the other fair waiters (they attempt
+// no later than when the new holder's key would expire unreleased); a
+// release that handed nothing on lets the head of the queue, and every
+// fair waiter, attempt.
 func (h *hub) released(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -301,6 +303,12 @@ func (h *hub) released(name, payload string) {
 		if w := c.fair[id]; w != nil {
 			w.handoff = &m
 			w.give(false, false)
+		}
+		for _, w := range c.fair {
+			if w.id != id {
+				w.newHolder = m.lease
+				w.give(false, false)
+			}
 		}
 		return
 	}
@@ -465,6 +473,19 @@ func (w *waiter) handed() (*handoff, bool) {
 	m := w.handoff
 	w.handoff = nil
 	return m, m != nil
+}
+
+// takeNewHolder returns the lease of the latest handoff to another waiter
+// that w heard of (0 if none), and forgets it.
+func (w *waiter) takeNewHolder() time.Duration {
+	if w == nil {
+		return 0
+	}
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	d := w.newHolder
+	w.newHolder = 0
+	return d
 }
 
 // takeAttempt reports whether w was let attempt, and forgets it.
