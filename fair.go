@@ -303,7 +303,9 @@ func (rl *RedisLock) passOn(ctx context.Context) {
 }
 
 // leaveQueue ends h if it is still queued, and has its id leave the queue
-// in the background, passing the lock on if it was handed to h meanwhile.
+// before the wait returns (a round trip, within selfReleaseTimeout),
+// passing the lock on if it was handed to h meanwhile: a process that exits
+// as soon as its wait gives up leaves nothing queued.
 func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 	rl.mu.Lock()
 	queued := h.state == queued
@@ -312,7 +314,7 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 	}
 	rl.mu.Unlock()
 	if queued {
-		rl.abandonLater(ctx, h.id, h.lease)
+		rl.abandon(ctx, h.id, h.lease)
 	}
 }
 

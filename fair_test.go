@@ -445,3 +445,46 @@ func TestFairWaiterTracksTheNewHolder(t *testing.T) {
 	mustRelease(t, second)
 	first.Release()
 }
+
+// TestFairGiveUpLeavesTheQueueBeforeReturning: a wait that gives up (its
+// context, its wait timeout, its Locker closed) has left the queue when
+// AcquireWait returns, so a process that exits at once leaves no waiter
+// to be handed the lock. (Black-box round 7: the entry was removed in the
+// background, after the return.)
+func TestFairGiveUpLeavesTheQueueBeforeReturning(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	key := "fair:give-up"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+	mustAcquire(t, holder)
+	for _, mode := range []string{"context", "wait timeout", "locker closed"} {
+		var err error
+		switch mode {
+		case "context":
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			err = NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness()).AcquireWait(ctx)
+			cancel()
+		case "wait timeout":
+			rl := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithWaitTimeout(100*time.Millisecond))
+			err = rl.AcquireWait(context.Background())
+		case "locker closed":
+			l := NewLocker(FromGoRedis(srv.Client(t)), WithFairness())
+			go func() {
+				for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+					if admin.ZCard(context.Background(), relatedName(key, "queue")).Val() == 1 {
+						break
+					}
+				}
+				l.Close()
+			}()
+			err = l.NewLock(key).AcquireWait(context.Background())
+		}
+		if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrLockerClosed) {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if n := fairQueueLen(t, admin, key); n != 0 {
+			t.Errorf("%s: %d entries queued when AcquireWait returned", mode, n)
+		}
+	}
+	mustRelease(t, holder)
+}
