@@ -154,6 +154,14 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			t.Stop()
 		}
 	}()
+	arm := func(d time.Duration) {
+		if t == nil {
+			t = rl.clock.NewTimer(d)
+		} else {
+			t.Reset(d)
+		}
+		w.attemptsAt(rl.clock.Now().Add(d))
+	}
 	failures := 0
 	attempt := true
 	for {
@@ -184,11 +192,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if t == nil {
-				t = rl.clock.NewTimer(d)
-			} else {
-				t.Reset(d)
-			}
+			arm(d)
 		}
 		var tick <-chan time.Time
 		if t != nil {
@@ -202,11 +206,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			if d := w.takeNewHolder(); d > 0 && !attempt {
 				// Handed to another waiter: its key, unreleased, lives
 				// no longer than its lease.
-				if t == nil {
-					t = rl.clock.NewTimer(d)
-				} else {
-					t.Reset(d)
-				}
+				arm(d)
 			}
 		case <-h.nudge: // a refresh found it handed the lock, or out of the queue
 			attempt = true

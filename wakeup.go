@@ -87,6 +87,7 @@ type waiter struct {
 	siblingHolds bool          // now the head, after a waiter of ours acquired the lock
 	handoff      *handoff      // a fair waiter's: a release handed it the lock
 	newHolder    time.Duration // a fair waiter's: the lease of a handoff to another waiter
+	attemptAt    time.Time     // a fair waiter's: when its timer makes its next attempt; zero if none
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -305,7 +306,9 @@ func (h *hub) released(name, payload string) {
 			w.give(false, false)
 		}
 		for _, w := range c.fair {
-			if w.id != id {
+			// Woken only if the new holder's key, unreleased, would
+			// expire before the waiter's next attempt.
+			if w.id != id && (w.attemptAt.IsZero() || w.rl.clock.Now().Add(m.lease).Before(w.attemptAt)) {
 				w.newHolder = m.lease
 				w.give(false, false)
 			}
@@ -486,6 +489,16 @@ func (w *waiter) takeNewHolder() time.Duration {
 	d := w.newHolder
 	w.newHolder = 0
 	return d
+}
+
+// attemptsAt records when w's timer makes its next attempt.
+func (w *waiter) attemptsAt(at time.Time) {
+	if w == nil {
+		return
+	}
+	w.hub.mu.Lock()
+	w.attemptAt = at
+	w.hub.mu.Unlock()
 }
 
 // takeAttempt reports whether w was let attempt, and forgets it.
