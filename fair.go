@@ -148,18 +148,10 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		rl.leaveQueue(ctx, h)
 	}()
 
-	var t timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
+	next := attemptTimer{clock: rl.clock}
+	defer next.stop()
 	arm := func(d time.Duration) {
-		if t == nil {
-			t = rl.clock.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
+		next.arm(d)
 		w.attemptsAt(rl.clock.Now().Add(d))
 	}
 	failures := 0
@@ -194,10 +186,6 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			}
 			arm(d)
 		}
-		var tick <-chan time.Time
-		if t != nil {
-			tick = t.C()
-		}
 		select {
 		case <-waitCtx.Done():
 		case <-ctx.Done():
@@ -213,7 +201,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended
 			attempt = true
 		case <-rl.lockerDone():
-		case <-tick:
+		case <-next.c():
 			attempt = true
 		}
 	}

@@ -61,19 +61,9 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 	}
 	var w *waiter // in the queue of this process's waiters on the key
 	defer func() { w.quit() }()
-	var t timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	arm := func(d time.Duration) {
-		if t == nil {
-			t = rl.clock.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
-	}
+	next := attemptTimer{clock: rl.clock}
+	defer next.stop()
+	arm := next.arm
 	first := rl.attemptsFirst() // the first attempt is due, before any wait
 	if !first {
 		// Others of this process wait for the key already: queue behind
@@ -134,8 +124,8 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		}
 
 		var tick <-chan time.Time
-		if t != nil && head {
-			tick = t.C()
+		if head {
+			tick = next.c()
 		}
 		select {
 		case <-waitCtx.Done():
@@ -166,6 +156,35 @@ func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (t
 		d = min(d, wait)
 	}
 	return max(d, 0), nil
+}
+
+// attemptTimer is a wait's timer of its next attempt, made when first
+// armed.
+type attemptTimer struct {
+	clock clock
+	t     timer
+}
+
+func (a *attemptTimer) arm(d time.Duration) {
+	if a.t == nil {
+		a.t = a.clock.NewTimer(d)
+	} else {
+		a.t.Reset(d)
+	}
+}
+
+func (a *attemptTimer) stop() {
+	if a.t != nil {
+		a.t.Stop()
+	}
+}
+
+// c is the timer's channel; nil (never ready) before it is armed.
+func (a *attemptTimer) c() <-chan time.Time {
+	if a.t == nil {
+		return nil
+	}
+	return a.t.C()
 }
 
 // gaveUp is the error of a wait that ctx cut short.
