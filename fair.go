@@ -139,6 +139,9 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		}
 	}
 	lease := time.Duration(rl.expiry.Load())
+	if err := validExpiry(lease); err != nil {
+		return err
+	}
 	h := rl.newHold(ctx, newID(), lease)
 	h.state = queued
 	h.nudge = make(chan struct{}, 1)
@@ -225,7 +228,9 @@ func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bo
 		}
 		ok, err := rl.reenter(ctx, cur)
 		countAcquire(true, ok, err)
-		return true, 0, err
+		// Not ok without an error: the hold was released meanwhile, and
+		// the lock, taken by another, is to be waited for again.
+		return ok || err != nil, 0, err
 	}
 	// A handoff counts if it is of h's latest place in the queue, and the
 	// lease it gave is still ahead by our accounting: the key was set

@@ -488,3 +488,32 @@ func TestFairGiveUpLeavesTheQueueBeforeReturning(t *testing.T) {
 	}
 	mustRelease(t, holder)
 }
+
+// TestFairWaitReportsAnInvalidLease: a fair wait that queues at once (the
+// process is subscribed to the key already) reports an invalid lease as
+// ErrInvalidExpiry, as a first attempt would, and sends nothing.
+func TestFairWaitReportsAnInvalidLease(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := srv.Client(t)
+	key := "fair:bad-lease"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+	mustAcquire(t, holder)
+	waiting := NewRedisLock(FromGoRedis(c), key, WithFairness())
+	got := make(chan error, 1)
+	go func() { got <- waiting.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 1) // this client's hub is subscribed now
+	bad := NewRedisLock(FromGoRedis(c), key, WithFairness())
+	bad.SetExpire(-1)
+	if err := bad.AcquireWait(context.Background()); !errors.Is(err, ErrInvalidExpiry) {
+		t.Fatalf("AcquireWait with an invalid lease: %v", err)
+	}
+	if n := fairQueueLen(t, admin, key); n != 1 {
+		t.Fatalf("%d queued", n)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, waiting)
+}
