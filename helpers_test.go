@@ -107,6 +107,7 @@ type spy struct {
 	reply any            // when set, returned instead of running the script
 	calls map[string]int // by script hash
 	total atomic.Int64
+	ended atomic.Int64 // calls that have returned
 }
 
 func newSpy(next Scripter) *spy { return &spy{next: next, calls: map[string]int{}} }
@@ -122,6 +123,7 @@ func (s *spy) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []str
 			return nil, err
 		}
 	}
+	defer s.ended.Add(1)
 	if reply != nil {
 		return reply, nil
 	}

@@ -218,10 +218,12 @@ func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
 	t.Helper()
 	got := make(chan error, 1)
 	go func() { got <- rl.AcquireWait(context.Background()) }()
-	for s.count(acquireScript) == 0 { // its first attempt has failed
+	// Its first attempt failed, it subscribed, and its attempt once
+	// subscribed has failed too: it waits. (A fixed sleep here let a
+	// loaded cluster's release come before that attempt.)
+	for s.ended.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond) // and it waits
 	start := time.Now()
 	mustRelease(t, holder)
 	select {
