@@ -315,7 +315,17 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 // handed to it, 1 when it waits, 0 when it is out of the queue.
 func (rl *RedisLock) refresh(ctx context.Context, h *hold, seq int64) (int64, error) {
 	return rl.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiterKeys + h.id},
-		h.id, h.lease.Milliseconds(), seq, h.lease.Milliseconds())
+		h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease))
+}
+
+// wants is what a waiter's liveness key holds: its lease in ms, and "f"
+// when it is fenced (see fair_acquire.lua).
+func (rl *RedisLock) wants(lease time.Duration) string {
+	s := strconv.FormatInt(lease.Milliseconds(), 10)
+	if rl.fenced() {
+		s += "f"
+	}
+	return s
 }
 
 // refreshed records the reply to a refresh of h sent at sent.

@@ -14,8 +14,9 @@
 -- ARGV[4]  the prefix of the waiters' liveness keys
 --
 -- A waiter is live while its liveness key exists; the key holds the lease
--- the waiter wants, which the release that hands it the lock gives it
--- (fair_release.lua). The queue's scores are a server-side sequence: the
+-- the waiter wants, followed by "f" when it is fenced (KEYS[5] given): the
+-- release that hands it the lock gives it that lease and, for "f", mints
+-- its fencing token (fair_release.lua). The queue's scores are a server-side sequence: the
 -- server clock in microseconds when a waiter joins an empty queue, the last
 -- score plus one after that.
 --
@@ -123,5 +124,9 @@ elseif not last then
     -- waiter stopped refreshing.
     redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[3]))
 end
-redis.call("SET", KEYS[4], ARGV[2], "PX", ARGV[3])
+local wants = ARGV[2]
+if KEYS[5] then
+    wants = wants .. "f" -- a handoff mints this waiter a fencing token
+end
+redis.call("SET", KEYS[4], wants, "PX", ARGV[3])
 return {wait, seq}

@@ -8,7 +8,8 @@
 -- ARGV[1]  the waiter's owner id
 -- ARGV[2]  the liveness window in milliseconds
 -- ARGV[3]  the waiter's score in the queue
--- ARGV[4]  the lease it wants, in milliseconds
+-- ARGV[4]  the lease it wants, in milliseconds, followed by "f" when it is
+--          fenced (see fair_acquire.lua)
 --
 -- Reply: 2 when KEYS[1] holds ARGV[1]: the lock was handed to it (nothing
 --        is changed; its next attempt takes it over). 1 when it is in the

@@ -6,7 +6,8 @@
 -- KEYS[2]  its release marker: the id of the latest owner released
 -- KEYS[3]  its abandoned attempts: a set of ids given up
 -- KEYS[4]  its queue of waiters (see fair_acquire.lua)
--- KEYS[5]  optional: its fencing counter (as in acquire.lua)
+-- KEYS[5]  its fencing counter (as in acquire.lua), whether or not this
+--          lock is fenced: the waiter handed the lock may be
 -- ARGV[1]  the owner id
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait
 -- ARGV[3]  how long to remember the release, in milliseconds (a lease)
@@ -16,8 +17,9 @@
 --
 -- The handoff: the queue's first waiter whose liveness key still exists
 -- gets the lock: KEYS[1] is set to its id with the lease its liveness key
--- holds, it leaves the queue, and "<id> <seq> <token> <lease>" is
--- published on ARGV[2] (token 0 without KEYS[5]; the lease in ms, by which
+-- holds (and a fencing token is minted when the key's "f" says it is
+-- fenced), it leaves the queue, and "<id> <seq> <token> <lease>" is
+-- published on ARGV[2] (token 0 for a waiter not fenced; the lease in ms, by which
 -- the other waiters know when the key would expire unreleased). Lapsed waiters before it are dropped,
 -- at most 10 per call; when no live one is found, KEYS[1] is deleted and
 -- an empty message is published, as release.lua does.
@@ -26,7 +28,8 @@
 --        KEYS[2] now holds ARGV[1]; 2 when ARGV[1] was released already
 --        (a retry); 0 when KEYS[1] does not hold ARGV[1] and ARGV[1] was
 --        not released: a loss. The error REDISLOCK_CORRUPT_COUNTER when
---        KEYS[5] is not a number: the lock is then deleted, not handed on.
+--        KEYS[5] is not a number and the next waiter is fenced: the lock
+--        is then deleted, not handed on.
 if ARGV[4] ~= "0" then
     if type(redis.pcall("SADD", KEYS[3], ARGV[1])) == "number"
         and redis.call("PTTL", KEYS[3]) < tonumber(ARGV[4]) then
@@ -48,10 +51,14 @@ for _ = 1, 10 do
     if not next[1] then
         break
     end
-    local lease = redis.pcall("GETDEL", ARGV[5] .. next[1])
-    if type(lease) == "string" and string.match(lease, "^%d+$") and tonumber(lease) > 0 then
+    local wants = redis.pcall("GETDEL", ARGV[5] .. next[1])
+    local lease, fenced
+    if type(wants) == "string" then
+        lease, fenced = string.match(wants, "^(%d+)(f?)$")
+    end
+    if lease and tonumber(lease) > 0 then
         local token = 0
-        if KEYS[5] then
+        if fenced == "f" then
             local last = redis.pcall("GET", KEYS[5])
             if last and (type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
                 or tonumber(last) >= 2^53 - 1) then

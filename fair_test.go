@@ -517,3 +517,32 @@ func TestFairWaitReportsAnInvalidLease(t *testing.T) {
 	}
 	mustRelease(t, waiting)
 }
+
+// TestFairFencedWaiterGetsATokenFromAnyHolder: the handoff mints a token
+// for a fenced waiter whatever the releasing lock's options: an unfenced
+// fair holder hands a fenced waiter a token above every one before.
+// (Black-box round 8: the token was 0.)
+func TestFairFencedWaiterGetsATokenFromAnyHolder(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	key := "fair:mixed-fencing"
+	earlier := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithFencing())
+	mustAcquire(t, earlier)
+	first := earlier.Token()
+	mustRelease(t, earlier)
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness()) // not fenced
+	mustAcquire(t, holder)
+	waiter := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithFencing())
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 1)
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	counter, _ := admin.Get(context.Background(), relatedName(key, "fence")).Int64()
+	if waiter.Token() <= first || waiter.Token() != counter {
+		t.Fatalf("handed token %d (earlier %d, counter %d)", waiter.Token(), first, counter)
+	}
+	mustRelease(t, waiter)
+}

@@ -95,10 +95,8 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if o.fair {
 		rl.queue = relatedName(key, "queue")
 		rl.waiterKeys = relatedName(key, "waiter:")
-		rl.releaseKeys = append(rl.releaseKeys, rl.queue)
-		if o.fencing {
-			rl.releaseKeys = append(rl.releaseKeys, acquireKeys[2])
-		}
+		// The counter too, fenced or not: the waiter handed the lock may be.
+		rl.releaseKeys = append(rl.releaseKeys, rl.queue, relatedName(key, "fence"))
 		rl.fairTurn = make(chan struct{}, 1)
 	}
 	switch {

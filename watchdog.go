@@ -433,11 +433,11 @@ func b2i(b bool) int64 {
 // in its queue, in p.
 func queueRefresh(ctx context.Context, p redis.Pipeliner, h *hold, seq int64, eval bool) *redis.Cmd {
 	keys := []string{h.rl.key, h.rl.queue, h.rl.waiterKeys + h.id}
-	lease := h.lease.Milliseconds()
+	lease, wants := h.lease.Milliseconds(), h.rl.wants(h.lease)
 	if eval {
-		return p.Eval(ctx, fairRefreshSource, keys, h.id, lease, seq, lease)
+		return p.Eval(ctx, fairRefreshSource, keys, h.id, lease, seq, wants)
 	}
-	return p.EvalSha(ctx, fairRefreshScript.Hash(), keys, h.id, lease, seq, lease)
+	return p.EvalSha(ctx, fairRefreshScript.Hash(), keys, h.id, lease, seq, wants)
 }
 
 // perScript caps the keys one extend_many.lua call renews: a call over
