@@ -288,9 +288,14 @@ func (rl *RedisLock) waitingLocked(h *hold, sent time.Time) {
 // passOn gives back the hold that a fair wait took as its context ended:
 // the release hands the lock to the next waiter.
 func (rl *RedisLock) passOn(ctx context.Context) {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+	defer cancel()
+	if err := rl.lockOp(releaseCtx); err != nil { // releaseLast runs under rl.op
+		rl.giveBackNow()
+		return
+	}
+	defer rl.unlockOp()
 	if h, last, _ := rl.giveBack(); last {
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
-		defer cancel()
 		_ = rl.releaseLast(releaseCtx, h)
 	}
 }
