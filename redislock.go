@@ -293,6 +293,21 @@ func (rl *RedisLock) Token() int64 {
 	return 0
 }
 
+// Owner returns the owner id of the live hold: the value of the key while
+// it is held, as Inspect and "redislock status" show it. It is "" when
+// nothing is held. Each hold has a fresh random id.
+func (rl *RedisLock) Owner() string {
+	if rl == nil {
+		return ""
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h := rl.liveHold(); h != nil {
+		return h.id
+	}
+	return ""
+}
+
 // Until returns the end of the live hold's lease by the holder's own
 // conservative accounting: the time the latest successful acquisition,
 // re-entry or renewal was sent, plus the lease, less a margin of 1% + 2ms.

@@ -1,12 +1,18 @@
 // Command redislock works with redislock's distributed locks on Redis.
 //
 //	redislock run [flags] KEY -- COMMAND [ARGS...]
-//	redislock status [flags] KEY
+//	redislock status [-json] [flags] KEY
+//	redislock break [-owner ID] [-json] [flags] KEY
+//	redislock watch [-poll D] [-json] [flags] KEY
 //	redislock demo [-addr host:port]
 //
 // run holds KEY while COMMAND runs (under Do), like flock across machines: see
 // "redislock run -h" for its flags and exit statuses. status tells whether
-// KEY is held, for how long still, and by which owner id.
+// KEY is held, by which owner id, for how long still, its fencing counter
+// and its fair-lock waiters. break deletes a stuck lock on purpose (only
+// a given owner's with -owner) and wakes its waiters; its holder learns of
+// the loss at its next renewal. watch prints each change of holder and lease
+// until interrupted.
 //
 // demo shows what the library does, narrated, in about 20 seconds: workers
 // contending for one lock, a nested re-entry, a long job kept alive by the
@@ -21,6 +27,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
@@ -30,8 +38,25 @@ const usage = `usage: redislock <command> [flags]
 
 commands:
   run     run a command while holding a lock: redislock run [flags] KEY -- COMMAND [ARGS...]
-  status  whether a lock is held, for how long, and by whom: redislock status [flags] KEY
+  status  whether a lock is held, by whom, for how long: redislock status [-json] KEY
+  break   delete a stuck lock and wake its waiters: redislock break [-owner ID] KEY
+  watch   print each change of a lock's holder and lease: redislock watch KEY
   demo    a narrated tour of the lock, on an embedded Redis or on -addr
+
+Redis: -addr host:port, -cluster host:port,..., or $REDIS_URL; else 127.0.0.1:6379.
+"redislock COMMAND -h" describes each command's flags.
+
+exit statuses:
+  0    done (status: held or free; break: broken or free; watch: interrupted)
+  1    demo failed
+  64   usage: bad flags or arguments
+  65   the key holds something that is not a lock (status, break, watch)
+  69   Redis unavailable, or it answered an error
+  70   run: the lock was lost while COMMAND ran; COMMAND was stopped
+  75   run: the lock was busy for all of -wait; break: held by another owner than -owner
+  126  run: COMMAND not executable     127  run: COMMAND not found
+  128+N  run: COMMAND was killed by signal N; or a signal N ended the wait
+  run otherwise exits with COMMAND's own status.
 `
 
 func main() {
@@ -53,10 +78,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logx.SetWriter(logx.NewWriter(stderr))
 		redis.SetLogger(logxLogger{})
 		return runCmd(args[1:], stderr)
-	case "status":
+	case "status", "break", "watch":
 		logx.SetWriter(logx.NewWriter(stderr))
 		redis.SetLogger(logxLogger{})
-		return statusCmd(args[1:], stdout, stderr)
+		switch args[0] {
+		case "status":
+			return statusCmd(args[1:], stdout, stderr)
+		case "break":
+			return breakCmd(args[1:], stdout, stderr)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return watchCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -64,8 +64,12 @@ releases it when COMMAND exits. Exits with COMMAND's status, or:
   64  usage          69  Redis unavailable       70  lock lost while COMMAND ran
   75  lock busy      126 COMMAND not executable  127 COMMAND not found
   128+N  COMMAND was killed by signal N
-If the lock is lost while COMMAND runs, COMMAND gets SIGTERM, then SIGKILL
-after -grace. SIGINT and SIGTERM to redislock are passed on to COMMAND.
+If the lock is lost while COMMAND runs (its key expired, or was deleted by
+"redislock break"), COMMAND gets SIGTERM, then SIGKILL after -grace. SIGINT
+and SIGTERM to redislock are passed on to COMMAND. COMMAND finds the lock's
+owner id in $REDISLOCK_OWNER (what "redislock status" shows and
+"redislock break -owner" takes) and, with -fencing, its token in
+$REDISLOCK_TOKEN.
 
 flags:
 `
@@ -206,6 +210,7 @@ func (r *runner) runCommand(ctx context.Context) error {
 	if r.fencing {
 		child.Env = append(child.Env, "REDISLOCK_TOKEN="+strconv.FormatInt(r.lock.Token(), 10))
 	}
+	child.Env = append(child.Env, "REDISLOCK_OWNER="+r.lock.Owner())
 	r.mu.Lock()
 	if r.signal != nil { // signalled just as the lock was taken: do not start
 		r.mu.Unlock()
@@ -272,51 +277,6 @@ func exitStatus(err error) int {
 		return 128 + int(ws.Signal())
 	}
 	return ee.ExitCode()
-}
-
-// statusCmd is "redislock status KEY": whether KEY is held, for how long
-// still, and by which owner id.
-func statusCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn connFlags
-	conn.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: redislock status [flags] KEY")
-		return exitUsage
-	}
-	key := fs.Arg(0)
-	client, err := conn.client()
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	owner, err := client.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		fmt.Fprintf(stdout, "%s: free\n", key)
-		return 0
-	}
-	if err != nil {
-		complain(stderr, err)
-		return exitUnavailable
-	}
-	ttl, err := client.PTTL(ctx, key).Result()
-	if err != nil {
-		complain(stderr, err)
-		return exitUnavailable
-	}
-	left := "no expiry"
-	if ttl >= 0 {
-		left = ttl.String() + " left"
-	}
-	fmt.Fprintf(stdout, "%s: held by %s, %s\n", key, owner, left)
-	return 0
 }
 
 // complain prints err on stderr, saying "redislock:" once.

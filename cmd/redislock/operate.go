@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redislock/redislock"
+)
+
+// The operator's commands: status, break and watch. They need no hold.
+
+// exitNotALock is the exit status for a key that holds something other
+// than a lock, which status cannot read and break does not delete.
+const exitNotALock = 65 // EX_DATAERR
+
+// statusJSON is a Status as status -json, break -json and watch -json
+// print it, one object per line.
+type statusJSON struct {
+	Time    string `json:"time,omitempty"` // watch: when the change was seen
+	Key     string `json:"key"`
+	Held    bool   `json:"held"`
+	Owner   string `json:"owner"`
+	TTLms   int64  `json:"ttl_ms"` // 0 when free, -1 when the key has no expiry
+	Fence   int64  `json:"fence"`
+	Waiters int    `json:"waiters"`
+	Broken  *bool  `json:"broken,omitempty"` // break: whether it broke the lock
+}
+
+func toJSON(st redislock.Status) statusJSON {
+	ms := st.TTL.Milliseconds()
+	if st.TTL < 0 {
+		ms = -1
+	}
+	return statusJSON{Key: st.Key, Held: st.Held, Owner: st.Owner, TTLms: ms, Fence: st.Fence, Waiters: st.Waiters}
+}
+
+// describe is a Status in one line of text.
+func describe(st redislock.Status) string {
+	var b strings.Builder
+	if !st.Held {
+		fmt.Fprintf(&b, "%s: free", st.Key)
+	} else {
+		left := "no expiry"
+		if st.TTL >= 0 {
+			left = st.TTL.String() + " left"
+		}
+		fmt.Fprintf(&b, "%s: held by %s, %s", st.Key, st.Owner, left)
+	}
+	if st.Fence > 0 {
+		fmt.Fprintf(&b, "; fencing counter %d", st.Fence)
+	}
+	if st.Waiters > 0 {
+		fmt.Fprintf(&b, "; %d waiting", st.Waiters)
+	}
+	return b.String()
+}
+
+// operatorFlags are the flags of status, break and watch.
+type operatorFlags struct {
+	conn connFlags
+	json bool
+}
+
+func (o *operatorFlags) parse(name, usage string, args []string, stderr io.Writer, more func(*flag.FlagSet)) (key string, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	o.conn.register(fs)
+	fs.BoolVar(&o.json, "json", false, "print JSON objects, one per line, for scripts")
+	if more != nil {
+		more(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return "", false
+	}
+	return fs.Arg(0), true
+}
+
+// failed reports err and returns the exit status for it.
+func failed(stderr io.Writer, err error) int {
+	complain(stderr, err)
+	switch {
+	case errors.Is(err, redislock.ErrWrongType), errors.Is(err, redislock.ErrCorruptFencingCounter):
+		return exitNotALock
+	case errors.Is(err, redislock.ErrEmptyKey), errors.Is(err, redislock.ErrKeyTooLong):
+		return exitUsage
+	}
+	return exitUnavailable
+}
+
+const statusUsage = `usage: redislock status [flags] KEY
+
+Prints whether the lock KEY is held, by which owner id, for how long still,
+its fencing counter and how many fair-lock waiters are queued. Exits 0
+whether the lock is held or free; 64 usage, 65 KEY holds something that is
+not a lock, 69 Redis unavailable.
+
+flags:
+`
+
+// statusCmd is "redislock status KEY".
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	var o operatorFlags
+	key, ok := o.parse("status", statusUsage, args, stderr, nil)
+	if !ok {
+		return exitUsage
+	}
+	lock, closeClient, err := o.lock(key)
+	if err != nil {
+		complain(stderr, err)
+		return exitUsage
+	}
+	defer closeClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := lock.Inspect(ctx)
+	if err != nil {
+		return failed(stderr, err)
+	}
+	if o.json {
+		return printJSON(stdout, stderr, toJSON(st))
+	}
+	fmt.Fprintln(stdout, describe(st))
+	return 0
+}
+
+// lock returns a RedisLock on key for the operator's commands, and what
+// closes its client.
+func (o *operatorFlags) lock(key string) (*redislock.RedisLock, func(), error) {
+	client, err := o.conn.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	return redislock.NewRedisLock(redislock.FromGoRedis(client), key), func() { client.Close() }, nil
+}
+
+func printJSON(stdout, stderr io.Writer, v statusJSON) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		complain(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	return 0
+}
+
+const breakUsage = `usage: redislock break [flags] KEY
+
+Deletes the lock KEY on purpose, whoever holds it (or, with -owner, only
+while that owner holds it), publishes its release so that waiters wake, and
+says whom it took the lock from. The holder is not told at once: it learns
+of the loss at its next renewal (within a third of its lease), and
+"redislock run" then stops its command and exits 70. Exits 0 when the lock
+was broken or was free; 64 usage, 65 KEY holds something that is not a
+lock, 69 Redis unavailable, 75 held by another owner than -owner.
+
+flags:
+`
+
+// breakCmd is "redislock break KEY".
+func breakCmd(args []string, stdout, stderr io.Writer) int {
+	var o operatorFlags
+	var owner string
+	key, ok := o.parse("break", breakUsage, args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&owner, "owner", "", "break the lock only while this owner id holds it (see status)")
+	})
+	if !ok {
+		return exitUsage
+	}
+	lock, closeClient, err := o.lock(key)
+	if err != nil {
+		complain(stderr, err)
+		return exitUsage
+	}
+	defer closeClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := lock.Break(ctx, owner)
+	code := 0
+	switch {
+	case errors.Is(err, redislock.ErrHeldByOther):
+		fmt.Fprintf(stderr, "redislock: %s is held by %s, not %s: nothing broken\n", st.Key, st.Owner, owner)
+		code = exitBusy
+	case err != nil:
+		return failed(stderr, err)
+	}
+	if o.json {
+		broken := err == nil && st.Held
+		v := toJSON(st)
+		v.Broken = &broken
+		if c := printJSON(stdout, stderr, v); c != 0 {
+			return c
+		}
+		return code
+	}
+	switch {
+	case code != 0:
+	case !st.Held:
+		fmt.Fprintf(stdout, "%s: free; nothing to break\n", st.Key)
+	default:
+		left := "no expiry"
+		if st.TTL >= 0 {
+			left = st.TTL.String() + " of its lease left"
+		}
+		fmt.Fprintf(stdout, "%s: broken; it was held by %s (%s). Its holder learns of the loss at its next renewal; waiters were woken.\n",
+			st.Key, st.Owner, left)
+	}
+	return code
+}
+
+const watchUsage = `usage: redislock watch [flags] KEY
+
+Prints the state of the lock KEY, then a line for each change of holder,
+lease (a renewal shows as a lease extended), fencing counter or waiters, as
+it happens: it listens on the lock's release channel and polls every -poll.
+Runs until interrupted (SIGINT or SIGTERM), then exits 0; 64 usage, 65 KEY
+holds something that is not a lock, 69 Redis unavailable.
+
+flags:
+`
+
+// watchCmd is "redislock watch KEY"; it runs until ctx ends.
+func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o operatorFlags
+	var poll time.Duration
+	key, ok := o.parse("watch", watchUsage, args, stderr, func(fs *flag.FlagSet) {
+		fs.DurationVar(&poll, "poll", time.Second, "how often to read the lock besides its releases")
+	})
+	if !ok {
+		return exitUsage
+	}
+	if poll <= 0 {
+		fmt.Fprintf(stderr, "redislock: -poll %v: must be positive\n", poll)
+		return exitUsage
+	}
+	lock, closeClient, err := o.lock(key)
+	if err != nil {
+		complain(stderr, err)
+		return exitUsage
+	}
+	defer closeClient()
+	var last redislock.Status
+	first := true
+	err = lock.Watch(ctx, poll, func(st redislock.Status) {
+		now := time.Now()
+		if o.json {
+			v := toJSON(st)
+			v.Time = now.Format(time.RFC3339Nano)
+			printJSON(stdout, stderr, v)
+		} else {
+			fmt.Fprintf(stdout, "%s %s%s\n", now.Format("15:04:05.000"), describe(st), change(first, last, st))
+		}
+		last, first = st, false
+	})
+	if ctx.Err() != nil {
+		return 0
+	}
+	return failed(stderr, err)
+}
+
+// change says, after a watch line, what changed since the line before.
+func change(first bool, was, now redislock.Status) string {
+	switch {
+	case first:
+		return ""
+	case was.Held && now.Held && was.Owner != now.Owner:
+		return " (was " + was.Owner + ")"
+	case was.Held && !now.Held:
+		return " (released, broken or expired)"
+	case was.Held && was.Owner == now.Owner && now.TTL > was.TTL:
+		return " (lease extended)"
+	case was.Waiters != now.Waiters && was.Held == now.Held && was.Owner == now.Owner:
+		return " (waiters " + strconv.Itoa(was.Waiters) + " -> " + strconv.Itoa(now.Waiters) + ")"
+	}
+	return ""
+}

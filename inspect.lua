@@ -1,0 +1,37 @@
+-- inspect.lua: read the state of a lock without owning it. Changes nothing.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  its fencing counter
+-- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
+-- ARGV[1]  the prefix of its waiters' liveness keys
+--
+-- Reply: {type, owner, pttl, counter, waiters}:
+--        type     the type of KEYS[1]: "none" when the lock is free,
+--                 "string" when held, another type when someone else
+--                 wrote the key;
+--        owner    the value of KEYS[1] when it is a string, else "";
+--        pttl     the PTTL of KEYS[1] in ms (-2 missing, -1 no expiry);
+--        counter  the value of KEYS[2] ("" when missing; "(type)" when
+--                 it is not a string);
+--        waiters  how many ids in KEYS[3] have a live liveness key.
+local kind = redis.call("TYPE", KEYS[1]).ok
+local owner = ""
+if kind == "string" then
+    owner = redis.call("GET", KEYS[1])
+end
+local counter = ""
+local counterKind = redis.call("TYPE", KEYS[2]).ok
+if counterKind == "string" then
+    counter = redis.call("GET", KEYS[2])
+elseif counterKind ~= "none" then
+    counter = "(" .. counterKind .. ")"
+end
+local waiters = 0
+if redis.call("TYPE", KEYS[3]).ok == "zset" then
+    for _, id in ipairs(redis.call("ZRANGE", KEYS[3], 0, -1)) do
+        if redis.call("EXISTS", ARGV[1] .. id) == 1 then
+            waiters = waiters + 1
+        end
+    end
+end
+return {kind, owner, redis.call("PTTL", KEYS[1]), counter, waiters}

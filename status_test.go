@@ -1,0 +1,299 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// TestInspect reads every field of Status from a real server: free, held
+// and fenced, without expiry, a fair lock with live and lapsed waiters, and
+// keys that someone else wrote.
+func TestInspect(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	ctx := context.Background()
+	const key = "inspect"
+	rl := NewRedisLock(FromGoRedis(c), key, WithFencing(), WithExpiry(5*time.Second))
+	probe := NewRedisLock(FromGoRedis(admin), key)
+
+	st, err := probe.Inspect(ctx)
+	if err != nil || st != (Status{Key: key}) {
+		t.Fatalf("free: Inspect = %+v, %v; want only the key", st, err)
+	}
+	mustAcquire(t, rl)
+	mustAcquire(t, rl) // a re-entry changes nothing that Redis shows
+	st, err = probe.Inspect(ctx)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !st.Held || st.Owner == "" || st.Owner != rl.Owner():
+		t.Fatalf("held: Inspect = %+v; want owner %q", st, rl.Owner())
+	case st.TTL <= 0 || st.TTL > 5*time.Second:
+		t.Fatalf("held: TTL %v; want in (0, 5s]", st.TTL)
+	case st.Fence == 0 || st.Fence != rl.Token():
+		t.Fatalf("held: Fence %d; want the holder's token %d", st.Fence, rl.Token())
+	case st.Waiters != 0:
+		t.Fatalf("held: %d waiters; want 0", st.Waiters)
+	}
+	if probe.Holds() != 0 || probe.Owner() != "" {
+		t.Fatal("Inspect gave the probing lock a hold")
+	}
+	admin.Persist(ctx, key)
+	if st, err = probe.Inspect(ctx); err != nil || st.TTL != -1 {
+		t.Fatalf("no expiry: Inspect = %+v, %v; want TTL -1", st, err)
+	}
+	mustRelease(t, rl)
+	mustRelease(t, rl)
+
+	// A fair lock: two live waiters and one that lapsed.
+	fair := NewRedisLock(FromGoRedis(c), "fair-inspect", WithFairness(), WithExpiry(time.Second))
+	mustAcquire(t, fair)
+	var wg sync.WaitGroup
+	waitCtx, stop := context.WithCancel(ctx)
+	for range 2 {
+		w := NewRedisLock(FromGoRedis(srv.Client(t)), "fair-inspect", WithFairness(), WithExpiry(time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.AcquireWait(waitCtx); err == nil {
+				w.Release()
+			}
+		}()
+	}
+	waitQueued(t, admin, "fair-inspect", 2)
+	admin.ZAdd(ctx, relatedName("fair-inspect", "queue"), redis.Z{Score: 1, Member: "lapsed"}) // no liveness key
+	st, err = NewRedisLock(FromGoRedis(admin), "fair-inspect").Inspect(ctx)
+	if err != nil || st.Waiters != 2 || st.Owner != fair.Owner() {
+		t.Fatalf("fair: Inspect = %+v, %v; want 2 live waiters, owner %q", st, err, fair.Owner())
+	}
+	stop()
+	wg.Wait()
+	mustRelease(t, fair)
+
+	// Keys that someone else wrote.
+	admin.HSet(ctx, "hash", "a", "b")
+	if _, err := NewRedisLock(FromGoRedis(admin), "hash").Inspect(ctx); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("a hash: Inspect err = %v; want ErrWrongType", err)
+	}
+	admin.Set(ctx, relatedName("badfence", "fence"), "x1", 0)
+	if _, err := NewRedisLock(FromGoRedis(admin), "badfence").Inspect(ctx); !errors.Is(err, ErrCorruptFencingCounter) {
+		t.Fatalf("a corrupt counter: Inspect err = %v; want ErrCorruptFencingCounter", err)
+	}
+	var nilLock *RedisLock
+	if _, err := nilLock.Inspect(ctx); !errors.Is(err, ErrNilStore) {
+		t.Fatalf("nil lock: err = %v; want ErrNilStore", err)
+	}
+	//lint:ignore SA1012 a nil context is the point
+	if _, err := probe.Inspect(nil); !errors.Is(err, ErrNilContext) { //nolint:staticcheck
+		t.Fatalf("nil ctx: err = %v; want ErrNilContext", err)
+	}
+}
+
+// TestBreak breaks a lock held by an outsider for a minute: its waiter
+// wakes at once and takes it. Then it breaks a renewing holder's lock: the
+// holder learns of the loss at its next renewal. A break for another
+// owner, of a free lock and of a key that is not a lock change nothing.
+func TestBreak(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "break"
+	op := NewRedisLock(FromGoRedis(admin), key)
+	admin.Set(ctx, key, "outsider", time.Minute)
+
+	st, err := op.Break(ctx, "someone-else")
+	if !errors.Is(err, ErrHeldByOther) || st.Owner != "outsider" {
+		t.Fatalf("Break(other) = %+v, %v; want ErrHeldByOther naming the holder", st, err)
+	}
+	if v := admin.Get(ctx, key).Val(); v != "outsider" {
+		t.Fatalf("Break(other) changed the key to %q", v)
+	}
+
+	waiter := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithExpiry(600*time.Millisecond), WithRetry(FixedRetry(time.Hour)))
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(ctx) }()
+	waitSubscribed(t, admin, relatedName(key, "released"))
+	st, err = op.Break(ctx, "")
+	if err != nil || !st.Held || st.Owner != "outsider" || st.TTL <= 0 || st.TTL > time.Minute {
+		t.Fatalf("Break = %+v, %v; want the outsider's status", st, err)
+	}
+	// The waiter's next attempt was due when the outsider's minute ran
+	// out: it took the lock sooner only because the break woke it.
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not wake at the break")
+	}
+
+	// The waiter now holds and renews: break it by its id.
+	id := waiter.Owner()
+	if st, err = op.Break(ctx, id); err != nil || !st.Held || st.Owner != id {
+		t.Fatalf("Break(owner) = %+v, %v; want the waiter's status", st, err)
+	}
+	if n := admin.Exists(ctx, key).Val(); n != 0 {
+		t.Fatal("Break(owner) left the key")
+	}
+	waitDone(t, waiter.Done(), "the broken holder's hold")
+	if !errors.Is(waiter.Err(), ErrLockLost) {
+		t.Fatalf("broken holder: Err = %v; want ErrLockLost", waiter.Err())
+	}
+	if ok, err := waiter.Release(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("broken holder: Release = %v, %v; want false, ErrLockLost", ok, err)
+	}
+	if st, err = op.Break(ctx, ""); err != nil || st.Held {
+		t.Fatalf("Break(free) = %+v, %v; want Held false, nil", st, err)
+	}
+
+	admin.HSet(ctx, "hash", "a", "b")
+	if _, err := NewRedisLock(FromGoRedis(admin), "hash").Break(ctx, ""); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("Break(hash) err = %v; want ErrWrongType", err)
+	}
+	if admin.Exists(ctx, "hash").Val() != 1 {
+		t.Fatal("Break deleted a hash")
+	}
+}
+
+// TestBreakRetriedAfterLostReply: a client runs the break script again
+// after its reply was lost, and meanwhile another owner took the lock. The
+// retry reports the break as done and leaves the new holder's lock alone.
+func TestBreakRetriedAfterLostReply(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	ctx := context.Background()
+	const key = "break-retry"
+	holder := NewRedisLock(FromGoRedis(c), key, WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	next := NewRedisLock(FromGoRedis(c), key, WithExpiry(time.Minute))
+	retried := false
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		reply, err := script.Run(ctx, c, keys, args...).Result()
+		if script == breakScript && !retried {
+			retried = true
+			mustAcquire(t, next) // between the run and the client's retry
+			reply, err = script.Run(ctx, c, keys, args...).Result()
+		}
+		return reply, err
+	})
+	st, err := NewRedisLock(store, key).Break(ctx, "")
+	if err != nil || st.Owner != holder.Owner() {
+		t.Fatalf("Break = %+v, %v; want done, from the first holder", st, err)
+	}
+	if v := admin.Get(ctx, key).Val(); v != next.Owner() || v == "" {
+		t.Fatalf("key = %q; want the next holder's %q", v, next.Owner())
+	}
+	mustRelease(t, next)
+}
+
+// waitSubscribed waits until someone subscribes to channel.
+func waitSubscribed(t *testing.T, admin *redis.Client, channel string) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := admin.PubSubNumSub(context.Background(), channel).Val()[channel]
+		if n > 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("nobody subscribed to %s", channel)
+		}
+	}
+}
+
+// TestWatchSeesHandoffAndRenewals: Watch reports a fair lock's holder, its
+// renewals, the handoff to its waiter (never free in between: the handoff
+// is atomic) and the end, in that order.
+func TestWatchSeesHandoffAndRenewals(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	const key = "watched"
+	lease := 300 * time.Millisecond
+	a := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(lease))
+	b := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(lease))
+	w := NewRedisLock(FromGoRedis(srv.Client(t)), key)
+
+	var mu sync.Mutex
+	var seen []Status
+	watchCtx, stop := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	first := make(chan struct{})
+	go func() {
+		watched <- w.Watch(watchCtx, time.Hour, func(st Status) { // no polls: releases only, at first
+			mu.Lock()
+			seen = append(seen, st)
+			if len(seen) == 1 {
+				close(first)
+			}
+			mu.Unlock()
+		})
+	}()
+	<-first
+	mustAcquire(t, a)
+	bIn := make(chan error, 1)
+	go func() { bIn <- b.AcquireWait(ctx) }()
+	waitQueued(t, srv.Client(t), key, 1)
+	time.Sleep(2 * lease) // a's lease is renewed meanwhile; only polls would see that
+	mustRelease(t, a)     // hands the lock to b
+	if err := <-bIn; err != nil {
+		t.Fatal(err)
+	}
+	idB := b.Owner()
+	waitFor(t, 30*time.Second, "Watch to see b", func() bool { mu.Lock(); defer mu.Unlock(); return seen[len(seen)-1].Owner == idB })
+	mustRelease(t, b)
+	waitFor(t, 30*time.Second, "Watch to see the lock free", func() bool { mu.Lock(); defer mu.Unlock(); return !seen[len(seen)-1].Held })
+	stop()
+	if err := <-watched; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch = %v; want context.Canceled", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var owners []string
+	for _, st := range seen {
+		if len(owners) == 0 || owners[len(owners)-1] != st.Owner {
+			owners = append(owners, st.Owner)
+		}
+	}
+	// a was never seen: its acquisition published nothing, and the poll is
+	// an hour. The handoff's message shows b; b's release shows the end.
+	if want := []string{"", idB, ""}; !slices.Equal(owners, want) {
+		t.Fatalf("owners seen %q; want %q (no poll: a unseen; b, then free)", owners, want)
+	}
+
+	// With polls: renewals show as leases extended.
+	seen = nil
+	mustAcquire(t, a)
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var extended int
+	go func() {
+		done <- w.Watch(pollCtx, 20*time.Millisecond, func(st Status) {
+			if st.Owner == a.Owner() && len(seen) > 0 && seen[len(seen)-1].Owner == st.Owner {
+				extended++
+				if extended == 2 {
+					stopPoll()
+				}
+			}
+			seen = append(seen, st)
+		})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		stopPoll()
+		t.Fatalf("Watch saw %d renewals of a's lease in 30 s; want 2", extended)
+	}
+	mustRelease(t, a)
+}
