@@ -12,8 +12,10 @@
 //     command holds and renews the lock while the job runs, and stops the
 //     job with SIGTERM if the lock is lost;
 //
-//     redislock run -addr localhost:6379 -ttl 1s nightly-report -- \
-//     go run ./examples/long-job -under-run
+//     go build -o /tmp/long-job ./examples/long-job
+//     redislock run -addr localhost:6379 -ttl 1s nightly-report -- /tmp/long-job -under-run
+//
+//     (a built binary, not "go run", which would not pass SIGTERM on)
 //
 // Each step stands for a batch of work that is safe to stop between steps.
 package main
