@@ -1,12 +1,26 @@
 // Package redislock is a distributed, reentrant, self-renewing mutual
 // exclusion lock on Redis, shaped like go-zero's redis.RedisLock.
 //
+// Work under a lock with Do: it waits for the lock, runs fn with a context
+// that ends if the lock is lost, and releases the lock when fn returns:
+//
+//	lock := redislock.NewRedisLock(redislock.FromGoRedis(rdb), "invoice:42") // or go-zero's *redis.Redis
+//	err := lock.Do(ctx, func(ctx context.Context) error {
+//		return charge(ctx) // stop when ctx ends: context.Cause(ctx) says why
+//	})
+//
 // A lock is one Redis string key holding its owner's random id, taken with
 // SET NX PX and deleted by an owner-checked script, so it interoperates with
 // go-zero's RedisLock and the classic recipe. On top of that, a RedisLock
 // counts re-entries, renews its lease in the background while held, and
 // tells its holder at once, through Done and Err, when the hold ends for any
 // reason other than its own Release.
+//
+// A Locker (NewLocker) makes the locks of one client and owns what they
+// share: defaults, a key namespace, batched renewals and wake-ups, and
+// their lifetime. Inspect, Break and Watch let operators see and break a
+// lock without holding it; the redislock command (cmd/redislock) wraps
+// them, and runs shell commands under a lock.
 //
 // # Fair locks
 //
