@@ -79,7 +79,7 @@ func us(d time.Duration) string {
 func chart(rows []row, heldFor time.Duration) string {
 	const w, panelH, pad, barH = 860, 60 + 36*6, 170, 24
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 3*panelH)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 4*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	panel := func(x0, y0 int, title string, value func(r row) float64, format string, hot bool) {
 		var shown []row
@@ -109,14 +109,18 @@ func chart(rows []row, heldFor time.Duration) string {
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">`+format+`</text>`+"\n", float64(x0+pad)+bw+6, y+17, v)
 		}
 	}
-	panel(10, 0, "32 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[1].perSec }, "%.0f", true)
-	panel(w/2+10, 0, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", true)
-	panel(10, panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", true)
-	panel(w/2+10, panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", true)
-	panel(10, 2*panelH, "10,000 held locks: client µs per lock per s ↓", func(r row) float64 {
+	// Where a user would choose: held locks, uncontended pairs, then the
+	// hot key; ours beside every peer, whoever leads.
+	panel(10, 0, "10,000 held locks: client µs per lock per s ↓", func(r row) float64 {
 		return float64(r.held.cpu.Microseconds()) / heldLocks / heldFor.Seconds()
 	}, "%.1f", false)
-	panel(w/2+10, 2*panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f", false)
+	panel(w/2+10, 0, "uncontended pairs/s, 1 goroutine ↑", func(r row) float64 { return r.uncontended[0].perSec }, "%.0f", false)
+	panel(10, panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f", false)
+	panel(w/2+10, panelH, "8 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[0].perSec }, "%.0f", true)
+	panel(10, 2*panelH, "32 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[1].perSec }, "%.0f", true)
+	panel(w/2+10, 2*panelH, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", true)
+	panel(10, 3*panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", true)
+	panel(w/2+10, 3*panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", true)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
+	"github.com/zeromicro/go-zero/core/proc"
+
+	"github.com/redislock/redislock/examples/gozero-service/internal/config"
+	"github.com/redislock/redislock/examples/gozero-service/internal/svc"
+	"github.com/redislock/redislock/examples/gozero-service/internal/types"
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+func TestMain(m *testing.M) {
+	_ = logx.SetUp(logx.LogConf{Level: "severe"}) // the first SetUp wins: the servers' own are ignored
+	logx.Disable()
+	os.Exit(m.Run())
+}
+
+// service is the billing service running in-process on a real redis-server.
+type service struct {
+	url string
+	svc *svc.ServiceContext
+	rdb *redis.Client
+}
+
+// startService starts the service of the embedded config, changed by
+// configure, on a free port and a new redis-server; setup runs before it
+// serves. It stops when t ends.
+func startService(t *testing.T, configure func(*config.Config), setup func(*svc.ServiceContext)) *service {
+	t.Helper()
+	srv := redisserver.Start(t)
+	port, err := redisserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c config.Config
+	if err := loadConfig(defaultConfigFile, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Host, c.Port = "127.0.0.1", port
+	c.Redis.Host = srv.Addr
+	c.Redis.DisableIdentity = true // redis-server may be older than 7.2
+	c.CpuThreshold = 0             // no load shedding on a busy test machine
+	c.Timeout = 15000              // a safety net, in ms
+	if configure != nil {
+		configure(&c)
+	}
+
+	server, sc := newServer(c)
+	if setup != nil {
+		setup(sc)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		server.Start()
+	}()
+	t.Cleanup(func() {
+		proc.Shutdown() // what SIGTERM does: shuts the HTTP server down, so that Start returns
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Error("the server did not stop")
+		}
+		server.Stop()
+		if err := sc.Close(); err != nil {
+			t.Errorf("closing the Locker: %v", err)
+		}
+	})
+
+	addr := net.JoinHostPort(c.Host, strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server does not listen on %s: %v", addr, err)
+		}
+	}
+	return &service{url: "http://" + addr, svc: sc, rdb: srv.Client(t)}
+}
+
+// reply is one response of the service.
+type reply struct {
+	status int
+	body   types.ChargeResp
+	raw    string
+}
+
+// charge posts a charge of invoice id.
+func (s *service) charge(client *http.Client, id string) (reply, error) {
+	resp, err := client.Post(s.url+"/invoices/"+id+"/charge", "", nil)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	r := reply{status: resp.StatusCode, raw: string(raw)}
+	if r.status == http.StatusOK {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			return r, fmt.Errorf("%s: %w", raw, err)
+		}
+	}
+	return r, nil
+}
+
+// burst charges each of invoices perInvoice times, from as many goroutines,
+// all let go at once, and returns the replies by invoice.
+func (s *service) burst(t *testing.T, invoices []string, perInvoice int) map[string][]reply {
+	t.Helper()
+	client := &http.Client{
+		Timeout:   20 * time.Second, // a safety net
+		Transport: &http.Transport{MaxIdleConnsPerHost: len(invoices) * perInvoice},
+	}
+	defer client.CloseIdleConnections()
+
+	var (
+		start   = make(chan struct{})
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		replies = map[string][]reply{}
+	)
+	for range perInvoice {
+		for _, id := range invoices {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := s.charge(client, id)
+				if err != nil {
+					t.Errorf("invoice %s: %v", id, err)
+					return
+				}
+				mu.Lock()
+				replies[id] = append(replies[id], r)
+				mu.Unlock()
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	return replies
+}
+
+func invoiceIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = strconv.Itoa(1000 + i)
+	}
+	return ids
+}
+
+// TestChargeOnce: concurrent charges of the same invoices charge each once.
+func TestChargeOnce(t *testing.T) {
+	s := startService(t, nil, nil)
+	ids := invoiceIDs(8)
+	replies := s.burst(t, ids, 16)
+
+	for _, id := range ids {
+		rs := replies[id]
+		if len(rs) != 16 {
+			t.Errorf("invoice %s: %d replies, want 16", id, len(rs))
+		}
+		charged := 0
+		for _, r := range rs {
+			switch {
+			case r.status != http.StatusOK:
+				t.Errorf("invoice %s: HTTP %d %s", id, r.status, r.raw)
+			case r.body.Invoice != id:
+				t.Errorf("invoice %s: reply for %q", id, r.body.Invoice)
+			case r.body.Charged:
+				charged++
+			case r.body.Reason != "already paid":
+				t.Errorf("invoice %s: not charged, reason %q", id, r.body.Reason)
+			}
+		}
+		if charged != 1 {
+			t.Errorf("invoice %s: %d replies say charged, want 1", id, charged)
+		}
+		if n := s.svc.Gateway.Charges(id); n != 1 {
+			t.Errorf("invoice %s: the gateway charged it %d times, want 1", id, n)
+		}
+		if n := s.rdb.Exists(context.Background(), "invoice:"+id+":paid").Val(); n != 1 {
+			t.Errorf("invoice %s: no paid marker", id)
+		}
+		if n := s.rdb.Exists(context.Background(), "invoice:"+id).Val(); n != 0 {
+			t.Errorf("invoice %s: the lock is still held", id)
+		}
+	}
+}
+
+// TestChargeWithoutLock is the control: the same burst without the lock
+// charges some invoice more than once, so TestChargeOnce can fail.
+func TestChargeWithoutLock(t *testing.T) {
+	s := startService(t, nil, func(sc *svc.ServiceContext) {
+		sc.Unlocked = true
+		sc.Gateway.Delay = 300 * time.Millisecond // the window between reading the marker and writing it
+	})
+	ids := invoiceIDs(8)
+	replies := s.burst(t, ids, 16)
+
+	twice := 0
+	for _, id := range ids {
+		charged := 0
+		for _, r := range replies[id] {
+			if r.status != http.StatusOK {
+				t.Errorf("invoice %s: HTTP %d %s", id, r.status, r.raw)
+			}
+			if r.body.Charged {
+				charged++
+			}
+		}
+		n := s.svc.Gateway.Charges(id)
+		if n != charged {
+			t.Errorf("invoice %s: the gateway charged it %d times, the replies say %d", id, n, charged)
+		}
+		if n > 1 {
+			twice++
+		}
+	}
+	if twice == 0 {
+		t.Error("without the lock, no invoice was charged twice")
+	}
+	t.Logf("without the lock, %d of %d invoices were charged more than once", twice, len(ids))
+}
+
+// TestLockLostMidCharge: when the invoice's lock is lost during the charge,
+// the gateway charges nothing, no paid marker is written, and the reply is
+// 409.
+func TestLockLostMidCharge(t *testing.T) {
+	s := startService(t, func(c *config.Config) {
+		c.LockExpiry = 600 * time.Millisecond // renewed, and so checked, every 200ms
+	}, func(sc *svc.ServiceContext) {
+		sc.Gateway.Delay = 10 * time.Second // cut short by the loss, or the reply is 200
+	})
+	ctx := context.Background()
+
+	done := make(chan reply, 1)
+	go func() {
+		r, err := s.charge(&http.Client{Timeout: 20 * time.Second}, "7")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for deadline := time.Now().Add(10 * time.Second); s.rdb.Exists(ctx, "invoice:7").Val() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock was never taken")
+		}
+	}
+	if err := s.rdb.Del(ctx, "invoice:7").Err(); err != nil { // the lock is lost
+		t.Fatal(err)
+	}
+
+	r := <-done
+	if r.status != http.StatusConflict {
+		t.Errorf("reply: HTTP %d %s, want 409", r.status, r.raw)
+	}
+	if n := s.svc.Gateway.Charges("7"); n != 0 {
+		t.Errorf("the gateway charged %d times, want 0", n)
+	}
+	if n := s.rdb.Exists(ctx, "invoice:7:paid").Val(); n != 0 {
+		t.Error("a paid marker was written")
+	}
+}
+
+// TestDefaultConfig: the default config file loads, from this directory and
+// (embedded) from elsewhere, with an empty Redis.Host, so that main starts
+// a miniredis.
+func TestDefaultConfig(t *testing.T) {
+	check := func(where string) {
+		var c config.Config
+		if err := loadConfig(defaultConfigFile, &c); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if c.Port != 8888 || c.Redis.Host != "" || c.Redis.Type != "node" || c.LockExpiry != 10*time.Second {
+			t.Errorf("%s: Port %d, Redis.Host %q, Redis.Type %q, LockExpiry %v", where, c.Port, c.Redis.Host, c.Redis.Type, c.LockExpiry)
+		}
+	}
+	check("in the service's directory")
+	t.Chdir(t.TempDir())
+	check("elsewhere")
+	if err := loadConfig("etc/other.yaml", &config.Config{}); err == nil {
+		t.Error("a missing config file other than the default: no error")
+	}
+}
