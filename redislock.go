@@ -20,7 +20,8 @@ import (
 //
 // A RedisLock is safe for concurrent use; calls that talk to Redis (Acquire,
 // Release, TTL) are serialized, each waiting for its turn within its own
-// context, while Done, Err, Holds, Until, Token and Key never block.
+// context, while Done, Err, Holds, Until, Token, Owner and Key never block.
+// Inspect, Break and Watch need no hold and do not wait for the others.
 //
 // A hold begins with a successful first acquisition and counts re-entries:
 // n successful acquisitions need n releases, and the key is deleted on the

@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -296,4 +298,108 @@ func TestWatchSeesHandoffAndRenewals(t *testing.T) {
 		t.Fatalf("Watch saw %d renewals of a's lease in 30 s; want 2", extended)
 	}
 	mustRelease(t, a)
+}
+
+// TestOperatorCallsRaceEveryCall: Break, Inspect, Watch and Owner race
+// every other public call on two lock values of one key, plain and fair,
+// with contexts ending at random. Nothing panics or hangs, AcquireWait never
+// returns nil without a hold or a reason, Break and Watch return only the
+// errors they document, a Status never says held without an owner, and no
+// key is left behind but the markers that expire.
+func TestOperatorCallsRaceEveryCall(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "fair"}[fair], func(t *testing.T) {
+			srv := redisserver.Start(t)
+			admin := srv.Client(t)
+			ctx := context.Background()
+			key := "operator:races"
+			opts := []Option{WithExpiry(300 * time.Millisecond)}
+			if fair {
+				opts = append(opts, WithFairness())
+			}
+			a := NewRedisLock(FromGoRedis(srv.Client(t)), key, opts...)
+			b := NewRedisLock(FromGoRedis(srv.Client(t)), key, opts...)
+			op := NewRedisLock(FromGoRedis(admin), key)
+			end := time.Now().Add(2 * time.Second)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var problems []string
+			problem := func(format string, args ...any) {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(problems) < 10 {
+					problems = append(problems, fmt.Sprintf(format, args...))
+				}
+			}
+			checkStatus := func(st Status) {
+				if st.Held != (st.Owner != "") || (!st.Held && st.TTL != 0) || st.Key != key {
+					problem("status %+v", st)
+				}
+			}
+			for g := 0; g < 6; g++ {
+				rl := []*RedisLock{a, b}[g%2]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; time.Now().Before(end); i++ {
+						wctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+						switch (i + g) % 5 {
+						case 0, 1:
+							if err := rl.AcquireWait(wctx); err == nil {
+								if rl.Holds() == 0 && rl.Err() == nil {
+									problem("AcquireWait returned nil without the lock")
+								}
+								_ = rl.Owner()
+								_, _ = rl.Release()
+							}
+						case 2:
+							if ok, _ := rl.AcquireCtx(wctx); ok {
+								_, _ = rl.TTL(wctx)
+								_, _ = rl.ReleaseCtx(wctx)
+							}
+						case 3:
+							if st, err := rl.Inspect(wctx); err == nil {
+								checkStatus(st)
+							}
+							_ = rl.Owner()
+						case 4:
+							owner := ""
+							if rand.IntN(2) == 0 {
+								owner = rl.Owner()
+							}
+							st, err := op.Break(wctx, owner)
+							if err != nil && !errors.Is(err, ErrHeldByOther) && !errors.Is(err, context.DeadlineExceeded) {
+								problem("Break: %v", err)
+							}
+							if err == nil {
+								checkStatus(st)
+							}
+						}
+						cancel()
+					}
+				}()
+			}
+			wctx, stop := context.WithCancel(ctx)
+			watched := make(chan error, 1)
+			go func() { watched <- op.Watch(wctx, 5*time.Millisecond, checkStatus) }()
+			wg.Wait()
+			stop()
+			if err := <-watched; !errors.Is(err, context.Canceled) {
+				t.Errorf("Watch = %v; want context.Canceled", err)
+			}
+			for _, rl := range []*RedisLock{a, b} { // acquisitions of holds that ended meanwhile
+				for rl.Holds() > 0 || rl.Err() != nil {
+					if _, err := rl.Release(); err == nil && rl.Holds() == 0 {
+						break
+					}
+				}
+			}
+			givingBack.Wait()
+			for _, p := range problems {
+				t.Error(p)
+			}
+			waitFor(t, 5*time.Second, "the key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
+			waitKeysGone(t, admin, key, 3*time.Second)
+		})
+	}
 }
