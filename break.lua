@@ -1,31 +1,44 @@
--- break.lua: delete a lock held by a given owner, on an operator's word,
--- and wake its waiters.
+-- break.lua: delete a lock on an operator's word, whoever holds it or only
+-- a given owner, and wake its waiters.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  its break marker: the id of the latest owner broken
--- ARGV[1]  the owner id to break
+-- KEYS[2]  its recent breaks: a hash of call id -> "<pttl> <owner>"
+-- ARGV[1]  the owner id to break, or "" for whoever holds the lock
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
--- ARGV[3]  how long to remember the break, in milliseconds
+-- ARGV[3]  how long to remember a break, in milliseconds
+-- ARGV[4]  this call's id, random, fresh for every call
 --
--- Reply: {broken, owner, pttl}: owner and pttl are the value and PTTL of
+-- Reply: {broken, owner, pttl}, owner and pttl being the value and PTTL of
 --        KEYS[1] before the call ("" and -2 when missing, "" when not a
---        string; a key of another type is never deleted). broken is 1 when KEYS[1] held ARGV[1] and was deleted; a
---        message was published on ARGV[2], and KEYS[2] now holds ARGV[1].
---        2 when ARGV[1] was broken already (KEYS[2] holds it): a client's
---        retry of this call after its reply was lost. 0 otherwise.
+--        string):
+--        1   KEYS[1] was deleted (it held ARGV[1], or anything with ARGV[1]
+--            ""), a message was published on ARGV[2], and KEYS[2]
+--            remembers the call;
+--        2   this call broke the lock already (KEYS[2] remembers ARGV[4]):
+--            a client's retry of it after its reply was lost; owner and
+--            pttl are those it broke;
+--        0   nothing was deleted: the key is missing, or holds another
+--            owner than ARGV[1];
+--        -1  nothing was deleted: the key is of another type than a string.
+local done = redis.pcall("HGET", KEYS[2], ARGV[4])
+if type(done) == "string" then
+    local pttl, owner = string.match(done, "^(%-?%d+) (.*)$")
+    return {2, owner, tonumber(pttl)}
+end
 local owner = redis.pcall("GET", KEYS[1])
 local pttl = redis.call("PTTL", KEYS[1])
-local held = type(owner) == "string" -- a value of another type is not a lock
-if not held then
-    owner = ""
+if type(owner) ~= "string" then
+    if pttl == -2 then
+        return {0, "", pttl}
+    end
+    return {-1, "", pttl}
 end
-if held and owner == ARGV[1] then
-    redis.call("DEL", KEYS[1])
-    redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[3])
-    redis.call("PUBLISH", ARGV[2], "")
-    return {1, owner, pttl}
+if ARGV[1] ~= "" and owner ~= ARGV[1] then
+    return {0, owner, pttl}
 end
-if redis.pcall("GET", KEYS[2]) == ARGV[1] then
-    return {2, owner, pttl}
+redis.call("DEL", KEYS[1])
+if type(redis.pcall("HSET", KEYS[2], ARGV[4], pttl .. " " .. owner)) == "number" then
+    redis.call("PEXPIRE", KEYS[2], ARGV[3])
 end
-return {0, owner, pttl}
+redis.call("PUBLISH", ARGV[2], "")
+return {1, owner, pttl}

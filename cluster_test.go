@@ -29,7 +29,7 @@ func TestClusterLocksAcrossSlots(t *testing.T) {
 	c, _ := startCluster(t)
 	ctx := context.Background()
 	owners := map[string]bool{}
-	for _, key := range []string{"alpha", "beta", "gamma", "delta", "{user:1}:a", "{user:1}:b", "\x00bin{x}"} {
+	for _, key := range []string{"alpha", "beta", "gamma", "delta", "{user:1}:a", "{user:1}:b", "\x00bin{x}", "a}b", "{}x", "x}{"} {
 		rl := NewRedisLock(FromGoRedis(c), key, WithFencing())
 		other := NewRedisLock(FromGoRedis(c), key, WithFencing())
 		mustAcquire(t, rl)
@@ -53,7 +53,15 @@ func TestClusterLocksAcrossSlots(t *testing.T) {
 		if other.Token() <= first {
 			t.Fatalf("%q: the next token %d is not above %d", key, other.Token(), first)
 		}
-		mustRelease(t, other)
+		if st, err := rl.Inspect(ctx); err != nil || st.Owner != other.Owner() || st.Fence != other.Token() {
+			t.Fatalf("%q: Inspect = %+v, %v", key, st, err)
+		}
+		if st, err := rl.Break(ctx, other.Owner()); err != nil || st.Owner != other.Owner() {
+			t.Fatalf("%q: Break = %+v, %v", key, st, err)
+		}
+		if ok, err := other.Release(); ok || !errors.Is(err, ErrLockLost) {
+			t.Fatalf("%q: the broken holder's Release = %v, %v", key, ok, err)
+		}
 	}
 	if len(owners) < 2 {
 		t.Fatalf("all keys on %d node(s): the test did not cross slots", len(owners))

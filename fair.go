@@ -222,9 +222,10 @@ func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bo
 	defer rl.unlockOp()
 	rl.mu.Lock()
 	if cur := rl.cur; cur != nil && cur.count > 0 {
+		live, endErr := cur.live(), cur.err // guarded: a ReleaseCtx whose ctx ended ends holds without rl.op
 		rl.mu.Unlock()
-		if !cur.live() {
-			return true, 0, cur.err
+		if !live {
+			return true, 0, endErr
 		}
 		ok, err := rl.reenter(ctx, cur)
 		countAcquire(true, ok, err)

@@ -5,7 +5,7 @@
 -- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
 -- ARGV[1]  the prefix of its waiters' liveness keys
 --
--- Reply: {type, owner, pttl, counter, waiters}:
+-- Reply: {type, owner, pttl, counter, waiters, now}:
 --        type     the type of KEYS[1]: "none" when the lock is free,
 --                 "string" when held, another type when someone else
 --                 wrote the key;
@@ -13,7 +13,9 @@
 --        pttl     the PTTL of KEYS[1] in ms (-2 missing, -1 no expiry);
 --        counter  the value of KEYS[2] ("" when missing; "(type)" when
 --                 it is not a string);
---        waiters  how many ids in KEYS[3] have a live liveness key.
+--        waiters  how many ids in KEYS[3] have a live liveness key;
+--        now      the server's clock in milliseconds (with pttl, when the
+--                 key expires by the server's clock).
 local kind = redis.call("TYPE", KEYS[1]).ok
 local owner = ""
 if kind == "string" then
@@ -34,4 +36,6 @@ if redis.call("TYPE", KEYS[3]).ok == "zset" then
         end
     end
 end
-return {kind, owner, redis.call("PTTL", KEYS[1]), counter, waiters}
+local now = redis.call("TIME")
+return {kind, owner, redis.call("PTTL", KEYS[1]), counter, waiters,
+    tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}

@@ -274,10 +274,8 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	case ms < -2:
 		return 0, opErr("ttl", rl.key, fmt.Errorf("%w: %d", ErrUnexpectedReply, ms))
-	case ms == -1:
-		return -1, nil
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return leaseLeft(ms), nil // -1: no expiry
 }
 
 // Token returns the fencing token of the live hold (see WithFencing): 0 when

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -60,54 +61,66 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err
 	}
-	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue")}
-	reply, err := rl.run(ctx, inspectScript, keys, relatedName(rl.key, "waiter:"))
-	if err != nil {
-		return Status{}, opErr("inspect", rl.key, err)
-	}
-	st, err := rl.parseInspect(reply)
+	st, _, err := rl.inspect(ctx)
 	if err != nil {
 		return Status{}, opErr("inspect", rl.key, err)
 	}
 	return st, nil
 }
 
-// parseInspect reads the reply of inspect.lua.
-func (rl *RedisLock) parseInspect(reply any) (Status, error) {
+// inspect runs inspect.lua. It also returns when the key expires by the
+// server's clock, in ms (0 when it does not exist, -1 when it has no
+// expiry), which moves only when the lease is extended.
+func (rl *RedisLock) inspect(ctx context.Context) (Status, int64, error) {
+	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue")}
+	reply, err := rl.run(ctx, inspectScript, keys, relatedName(rl.key, "waiter:"))
+	if err != nil {
+		return Status{}, 0, err
+	}
 	v, ok := reply.([]any)
-	if !ok || len(v) != 5 {
-		return Status{}, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+	if !ok || len(v) != 6 {
+		return Status{}, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
 	}
 	kind, ok1 := v[0].(string)
 	owner, ok2 := v[1].(string)
 	pttl, ok3 := v[2].(int64)
 	counter, ok4 := v[3].(string)
 	waiters, ok5 := v[4].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || pttl < -2 || waiters < 0 {
-		return Status{}, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
+	now, ok6 := v[5].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || pttl < -2 || waiters < 0 {
+		return Status{}, 0, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
 	}
 	st := Status{Key: rl.key, Waiters: int(waiters)}
+	var expires int64
 	switch kind {
 	case "none":
 	case "string":
 		st.Held, st.Owner, st.TTL = true, owner, leaseLeft(pttl)
+		expires = -1
+		if pttl >= 0 {
+			expires = now + pttl
+		}
 	default:
-		return Status{}, fmt.Errorf("%w: a %s", ErrWrongType, kind)
+		return Status{}, 0, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
 	if counter != "" {
 		n, err := strconv.ParseInt(counter, 10, 64)
 		if err != nil || n < 0 {
-			return Status{}, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), counter)
+			return Status{}, 0, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), counter)
 		}
 		st.Fence = n
 	}
-	return st, nil
+	return st, expires, nil
 }
 
-// leaseLeft converts a PTTL reply of a key that exists.
+// leaseLeft converts a PTTL reply of a key that exists: -1 when it has no
+// expiry, and at most the longest Duration (292 years).
 func leaseLeft(pttl int64) time.Duration {
-	if pttl < 0 {
+	switch {
+	case pttl < 0:
 		return -1 // no expiry; -2 (gone just now) cannot follow a GET
+	case pttl > math.MaxInt64/int64(time.Millisecond):
+		return math.MaxInt64
 	}
 	return time.Duration(pttl) * time.Millisecond
 }
@@ -118,63 +131,47 @@ func leaseLeft(pttl int64) time.Duration {
 // hold. The holder is not told: it learns of the loss at its next renewal
 // (within a third of its lease), when its hold ends with ErrLockLost.
 //
-// Break returns the lock's status just before: Status.Owner is the owner it
-// took the lock from. It breaks nothing and returns a Status with Held
+// Break returns the lock's status as it broke it: Status.Owner is the owner
+// it took the lock from. It breaks nothing and returns a Status with Held
 // false when the lock is free, and an error matching ErrHeldByOther, with
-// the holder's status, when owner is given and another owner holds it. A
-// key of another type than a string is never deleted (ErrWrongType). Break
-// never deletes a lock it did not see: without owner, it reads the holder
-// first and deletes the key only while it still holds that owner's id, so a
-// client's retry of the call cannot break the next holder's lock.
+// the holder's status, when owner is given and another owner holds the
+// lock. A key of another type than a string is never deleted
+// (ErrWrongType). A client's retry of the call, after its reply was lost,
+// reports the break it made and breaks nothing more.
 func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err
 	}
-	want := owner
-	for attempt := 0; ; attempt++ {
-		st, err := rl.Inspect(ctx)
-		if err != nil || !st.Held {
-			return st, err
-		}
-		if owner == "" {
-			want = st.Owner
-		}
-		keys := []string{rl.key, relatedName(rl.key, "broken")}
-		reply, err := rl.run(ctx, breakScript, keys, want, rl.channel, rememberBreak.Milliseconds())
-		if err != nil {
-			return st, opErr("break", rl.key, err)
-		}
-		v, ok := reply.([]any)
-		if !ok || len(v) != 3 {
-			return st, opErr("break", rl.key, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply))
-		}
-		broken, ok1 := v[0].(int64)
-		now, ok2 := v[1].(string)
-		pttl, ok3 := v[2].(int64)
-		if !ok1 || !ok2 || !ok3 || broken < 0 || broken > 2 || pttl < -2 {
-			return st, opErr("break", rl.key, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v))
-		}
-		if broken != 0 {
-			st.Owner = want
-			if broken == 1 {
-				st.TTL = leaseLeft(pttl)
-			}
-			return st, nil
-		}
-		// Not broken: the key changed since Inspect read it.
-		st = Status{Key: rl.key, Held: pttl != -2, Owner: now, Fence: st.Fence, Waiters: st.Waiters}
-		if st.Held {
-			st.TTL = leaseLeft(pttl)
-		}
-		switch {
-		case !st.Held:
-			return st, nil
-		case owner != "":
-			return st, fmt.Errorf("%w: %s holds %s, not %s", ErrHeldByOther, now, rl.key, owner)
-		case attempt == 2:
-			return st, fmt.Errorf("%w: %s changed hands during the break; %s holds it now", ErrHeldByOther, rl.key, now)
-		}
+	st, _, err := rl.inspect(ctx) // the counter and the waiters, which the break leaves
+	if err != nil || !st.Held {
+		return st, opErrOrNil("break", rl.key, err)
 	}
+	keys := []string{rl.key, relatedName(rl.key, "broken")}
+	reply, err := rl.run(ctx, breakScript, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
+	if err != nil {
+		return Status{}, opErr("break", rl.key, err)
+	}
+	v, ok := reply.([]any)
+	if !ok || len(v) != 3 {
+		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply))
+	}
+	broken, ok1 := v[0].(int64)
+	was, ok2 := v[1].(string)
+	pttl, ok3 := v[2].(int64)
+	if !ok1 || !ok2 || !ok3 || broken < -1 || broken > 2 || pttl < -2 {
+		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v))
+	}
+	st = Status{Key: rl.key, Held: pttl != -2, Owner: was, TTL: 0, Fence: st.Fence, Waiters: st.Waiters}
+	if st.Held {
+		st.TTL = leaseLeft(pttl)
+	}
+	switch {
+	case broken == -1:
+		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: not a string", ErrWrongType))
+	case broken == 0 && st.Held:
+		return st, fmt.Errorf("%w: %s holds %s, not %s", ErrHeldByOther, was, rl.key, owner)
+	}
+	return st, nil
 }
 
 // Watch calls fn with the lock's status, then again each time it changes,
@@ -209,18 +206,19 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	var last Status
+	var lastExpires int64
 	for first := true; ; first = false {
-		st, err := rl.Inspect(ctx)
+		st, expires, err := rl.inspect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return err
+			return opErr("watch", rl.key, err)
 		}
-		if first || changed(last, st) {
+		if first || changed(last, st, lastExpires, expires) {
 			fn(st)
 		}
-		last = st
+		last, lastExpires = st, expires
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -230,13 +228,23 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 	}
 }
 
-// changed reports whether now differs from was in what Watch reports.
-func changed(was, now Status) bool {
+// opErrOrNil is opErr(op, key, err), or nil for a nil err.
+func opErrOrNil(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return opErr(op, key, err)
+}
+
+// changed reports whether now differs from was in what Watch reports; the
+// key's expiry, by the server's clock, moves later only when the lease is
+// extended (2 ms for the rounding of two readings to milliseconds).
+func changed(was, now Status, wasExpires, expires int64) bool {
 	switch {
 	case was.Held != now.Held, was.Owner != now.Owner, was.Fence != now.Fence, was.Waiters != now.Waiters:
 		return true
-	case (was.TTL < 0) != (now.TTL < 0):
+	case (wasExpires < 0) != (expires < 0):
 		return true
 	}
-	return now.TTL > was.TTL // a lease only grows when it is extended
+	return expires > wasExpires+2
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -195,6 +196,9 @@ func TestBreakRetriedAfterLostReply(t *testing.T) {
 		t.Fatalf("key = %q; want the next holder's %q", v, next.Owner())
 	}
 	mustRelease(t, next)
+	if ok, err := holder.Release(); ok || !errors.Is(err, ErrLockLost) { // the broken holder
+		t.Fatalf("broken holder: Release = %v, %v; want false, ErrLockLost", ok, err)
+	}
 }
 
 // waitSubscribed waits until someone subscribes to channel.
@@ -401,5 +405,110 @@ func TestOperatorCallsRaceEveryCall(t *testing.T) {
 			waitFor(t, 5*time.Second, "the key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
 			waitKeysGone(t, admin, key, 3*time.Second)
 		})
+	}
+}
+
+// TestClusterSlotFunction: clusterSlot gives the slots that Redis Cluster
+// documents (CLUSTER KEYSLOT), and every form of a related name, keys with
+// a stray '}' included, lands in its key's slot. (Black-box round 9: "a}b"
+// failed with CROSSSLOT on a cluster.)
+func TestClusterSlotFunction(t *testing.T) {
+	for key, slot := range map[string]uint16{"123456789": 0x31C3 & 16383, "foo": 12182, "{user1000}.following": 3443, "bar": 5061} {
+		if got := clusterSlot(key); got != slot {
+			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, slot)
+		}
+	}
+	for _, key := range []string{"a}b", "{}x", "x}{", "}", "plain", "{tag}x", "a{b"} {
+		for _, kind := range []string{"fence", "waiter:", "broken"} {
+			if got, want := clusterSlot(relatedName(key, kind)), clusterSlot(key); got != want {
+				t.Errorf("relatedName(%q, %q) = %q in slot %d; the key is in %d", key, kind, relatedName(key, kind), got, want)
+			}
+		}
+	}
+}
+
+// TestBreakAgainAfterNewHolder: a second Break of owner X, after X's lock
+// was broken and Y took it, breaks nothing and says Y holds the lock
+// (black-box round 9: the marker of the first break answered it as done).
+func TestBreakAgainAfterNewHolder(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	op := NewRedisLock(FromGoRedis(admin), "again")
+	admin.Set(ctx, "again", "X", time.Minute)
+	if st, err := op.Break(ctx, "X"); err != nil || st.Owner != "X" {
+		t.Fatalf("first Break(X) = %+v, %v", st, err)
+	}
+	admin.Set(ctx, "again", "Y", time.Minute)
+	st, err := op.Break(ctx, "X")
+	if !errors.Is(err, ErrHeldByOther) || st.Owner != "Y" || !st.Held {
+		t.Fatalf("second Break(X) = %+v, %v; want ErrHeldByOther, held by Y", st, err)
+	}
+	if admin.Get(ctx, "again").Val() != "Y" {
+		t.Fatal("the second Break deleted Y's lock")
+	}
+}
+
+// TestBreakWithoutOwnerWhileTheLockChangesHands: Break without an owner
+// breaks whoever holds the lock when its script runs, even when the lock
+// changed hands since Break read it (black-box round 9: after three changes
+// it gave up with ErrHeldByOther).
+func TestBreakWithoutOwnerWhileTheLockChangesHands(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	ctx := context.Background()
+	n := 0
+	store := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == breakScript {
+			n++
+			admin.Set(ctx, "busy", fmt.Sprint("holder-", n), time.Minute) // a new holder since Inspect
+		}
+		return script.Run(ctx, c, keys, args...).Result()
+	})
+	op := NewRedisLock(store, "busy")
+	for i := 1; i <= 5; i++ {
+		admin.Set(ctx, "busy", "first", time.Minute)
+		st, err := op.Break(ctx, "")
+		if err != nil || st.Owner != fmt.Sprint("holder-", i) {
+			t.Fatalf("Break = %+v, %v; want holder-%d broken", st, err, i)
+		}
+		if admin.Exists(ctx, "busy").Val() != 0 {
+			t.Fatal("the key is still there")
+		}
+	}
+}
+
+// TestTTLBeyondDuration: a key whose expiry someone set centuries ahead
+// reads as the longest Duration, not a negative one (black-box round 9).
+func TestTTLBeyondDuration(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	rl := NewRedisLock(FromGoRedis(srv.Client(t)), "forever", WithoutWatchdog(), WithExpiry(time.Minute))
+	mustAcquire(t, rl)
+	admin.Do(ctx, "PEXPIRE", "forever", int64(10_000_000_000_000)) // 317 years
+	if st, err := rl.Inspect(ctx); err != nil || st.TTL != math.MaxInt64 {
+		t.Fatalf("Inspect = %+v, %v; want the longest Duration", st, err)
+	}
+	if d, err := rl.TTL(ctx); err != nil || d != math.MaxInt64 {
+		t.Fatalf("TTL = %v, %v; want the longest Duration", d, err)
+	}
+	mustRelease(t, rl)
+}
+
+// TestWatchReportsNoChangeWithoutOne: a lock held without renewal, read
+// every 2 ms, is reported once: the server's clock, not the client's,
+// tells whether its lease moved.
+func TestWatchReportsNoChangeWithoutOne(t *testing.T) {
+	srv := redisserver.Start(t)
+	rl := NewRedisLock(FromGoRedis(srv.Client(t)), "still", WithoutWatchdog(), WithExpiry(time.Minute))
+	mustAcquire(t, rl)
+	defer rl.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var seen []Status
+	err := NewRedisLock(FromGoRedis(srv.Client(t)), "still").Watch(ctx, 2*time.Millisecond, func(st Status) { seen = append(seen, st) })
+	if !errors.Is(err, context.DeadlineExceeded) || len(seen) != 1 || seen[0].Owner != rl.Owner() {
+		t.Fatalf("Watch = %v, saw %+v; want one status, the holder's", err, seen)
 	}
 }

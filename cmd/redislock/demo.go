@@ -24,7 +24,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "", "Redis address host:port (default: an embedded miniredis)")
 	fast := fs.Bool("fast", false, "shorten every wait tenfold (for tests)")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return parseStatus(err)
 	}
 
 	out := &syncWriter{w: stdout} // the narration and logx's lines share it

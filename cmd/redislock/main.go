@@ -39,20 +39,20 @@ const usage = `usage: redislock <command> [flags]
 commands:
   run     run a command while holding a lock: redislock run [flags] KEY -- COMMAND [ARGS...]
   status  whether a lock is held, by whom, for how long: redislock status [-json] KEY
-  break   delete a stuck lock and wake its waiters: redislock break [-owner ID] KEY
-  watch   print each change of a lock's holder and lease: redislock watch KEY
+  break   delete a stuck lock and wake its waiters: redislock break [-owner ID] [-json] KEY
+  watch   print each change of a lock's holder and lease: redislock watch [-poll D] [-json] KEY
   demo    a narrated tour of the lock, on an embedded Redis or on -addr
 
 Redis: -addr host:port, -cluster host:port,..., or $REDIS_URL; else 127.0.0.1:6379.
 "redislock COMMAND -h" describes each command's flags.
 
 exit statuses:
-  0    done (status: held or free; break: broken or free; watch: interrupted)
+  0    done (status: held or free; break: broken or free; watch: interrupted; -h)
   1    demo failed
   64   usage: bad flags or arguments
   65   the key holds something that is not a lock (status, break, watch)
   69   Redis unavailable, or it answered an error
-  70   run: the lock was lost while COMMAND ran; COMMAND was stopped
+  70   run: the lock was lost while COMMAND ran; COMMAND was stopped (or had exited)
   75   run: the lock was busy for all of -wait; break: held by another owner than -owner
   126  run: COMMAND not executable     127  run: COMMAND not found
   128+N  run: COMMAND was killed by signal N; or a signal N ended the wait

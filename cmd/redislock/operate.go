@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redislock/redislock"
 )
@@ -45,13 +47,13 @@ func toJSON(st redislock.Status) statusJSON {
 func describe(st redislock.Status) string {
 	var b strings.Builder
 	if !st.Held {
-		fmt.Fprintf(&b, "%s: free", st.Key)
+		fmt.Fprintf(&b, "%s: free", text(st.Key))
 	} else {
 		left := "no expiry"
 		if st.TTL >= 0 {
 			left = st.TTL.String() + " left"
 		}
-		fmt.Fprintf(&b, "%s: held by %s, %s", st.Key, st.Owner, left)
+		fmt.Fprintf(&b, "%s: held by %s, %s", text(st.Key), text(st.Owner), left)
 	}
 	if st.Fence > 0 {
 		fmt.Fprintf(&b, "; fencing counter %d", st.Fence)
@@ -68,7 +70,9 @@ type operatorFlags struct {
 	json bool
 }
 
-func (o *operatorFlags) parse(name, usage string, args []string, stderr io.Writer, more func(*flag.FlagSet)) (key string, ok bool) {
+// parse parses args into o and returns the key; code is the exit status
+// when parsing ended the command (0 after -h).
+func (o *operatorFlags) parse(name, usage string, args []string, stderr io.Writer, more func(*flag.FlagSet)) (key string, code int, ok bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
@@ -78,13 +82,13 @@ func (o *operatorFlags) parse(name, usage string, args []string, stderr io.Write
 		more(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return "", false
+		return "", parseStatus(err), false
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return "", false
+		return "", exitUsage, false
 	}
-	return fs.Arg(0), true
+	return fs.Arg(0), 0, true
 }
 
 // failed reports err and returns the exit status for it.
@@ -112,9 +116,9 @@ flags:
 // statusCmd is "redislock status KEY".
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	var o operatorFlags
-	key, ok := o.parse("status", statusUsage, args, stderr, nil)
+	key, code, ok := o.parse("status", statusUsage, args, stderr, nil)
 	if !ok {
-		return exitUsage
+		return code
 	}
 	lock, closeClient, err := o.lock(key)
 	if err != nil {
@@ -172,11 +176,11 @@ flags:
 func breakCmd(args []string, stdout, stderr io.Writer) int {
 	var o operatorFlags
 	var owner string
-	key, ok := o.parse("break", breakUsage, args, stderr, func(fs *flag.FlagSet) {
+	key, code, ok := o.parse("break", breakUsage, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&owner, "owner", "", "break the lock only while this owner id holds it (see status)")
 	})
 	if !ok {
-		return exitUsage
+		return code
 	}
 	lock, closeClient, err := o.lock(key)
 	if err != nil {
@@ -187,10 +191,9 @@ func breakCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := lock.Break(ctx, owner)
-	code := 0
 	switch {
 	case errors.Is(err, redislock.ErrHeldByOther):
-		fmt.Fprintf(stderr, "redislock: %s is held by %s, not %s: nothing broken\n", st.Key, st.Owner, owner)
+		fmt.Fprintf(stderr, "redislock: %s is held by %s, not %s: nothing broken\n", text(st.Key), text(st.Owner), text(owner))
 		code = exitBusy
 	case err != nil:
 		return failed(stderr, err)
@@ -207,14 +210,14 @@ func breakCmd(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case code != 0:
 	case !st.Held:
-		fmt.Fprintf(stdout, "%s: free; nothing to break\n", st.Key)
+		fmt.Fprintf(stdout, "%s: free; nothing to break\n", text(st.Key))
 	default:
 		left := "no expiry"
 		if st.TTL >= 0 {
 			left = st.TTL.String() + " of its lease left"
 		}
 		fmt.Fprintf(stdout, "%s: broken; it was held by %s (%s). Its holder learns of the loss at its next renewal; waiters were woken.\n",
-			st.Key, st.Owner, left)
+			text(st.Key), text(st.Owner), left)
 	}
 	return code
 }
@@ -234,11 +237,11 @@ flags:
 func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o operatorFlags
 	var poll time.Duration
-	key, ok := o.parse("watch", watchUsage, args, stderr, func(fs *flag.FlagSet) {
+	key, code, ok := o.parse("watch", watchUsage, args, stderr, func(fs *flag.FlagSet) {
 		fs.DurationVar(&poll, "poll", time.Second, "how often to read the lock besides its releases")
 	})
 	if !ok {
-		return exitUsage
+		return code
 	}
 	if poll <= 0 {
 		fmt.Fprintf(stderr, "redislock: -poll %v: must be positive\n", poll)
@@ -270,18 +273,40 @@ func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // change says, after a watch line, what changed since the line before.
+// Watch reports a status only when something changed; when the holder,
+// its counter and its waiters are the same, that was its lease.
 func change(first bool, was, now redislock.Status) string {
 	switch {
 	case first:
 		return ""
 	case was.Held && now.Held && was.Owner != now.Owner:
-		return " (was " + was.Owner + ")"
+		return " (was " + text(was.Owner) + ")"
 	case was.Held && !now.Held:
 		return " (released, broken or expired)"
-	case was.Held && was.Owner == now.Owner && now.TTL > was.TTL:
-		return " (lease extended)"
-	case was.Waiters != now.Waiters && was.Held == now.Held && was.Owner == now.Owner:
+	case was.Held != now.Held, was.Fence != now.Fence:
+		return ""
+	case was.Waiters != now.Waiters:
 		return " (waiters " + strconv.Itoa(was.Waiters) + " -> " + strconv.Itoa(now.Waiters) + ")"
+	case now.TTL < 0:
+		return " (expiry removed)"
 	}
-	return ""
+	return " (lease extended)"
+}
+
+// text is s as the text output shows a key or an owner id: as it is, or
+// quoted when it is empty, is not UTF-8 or holds control characters (a
+// newline would split a line in two).
+func text(s string) string {
+	if s == "" || !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// parseStatus is the exit status after a flag parsing error: 0 for -h.
+func parseStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return exitUsage
 }

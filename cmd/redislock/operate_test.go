@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,11 +223,70 @@ func TestWatchCommand(t *testing.T) {
 		default:
 			t.Fatalf("watch printed %q", l)
 		}
+		if len(order) > 0 && order[len(order)-1] == who && who != "free" && !strings.HasSuffix(l, ")") {
+			t.Errorf("a line of the same holder says nothing of what changed: %q", l)
+		}
 		if len(order) == 0 || order[len(order)-1] != who {
 			order = append(order, who)
 		}
 	}
 	if got := strings.Join(order, " "); got != "free a b free" {
 		t.Fatalf("watch saw %q; want free a b free (no free between a and b):\n%s", got, out.String())
+	}
+}
+
+// TestRunBrokenAndTakenBeforeItsRenewal: the lock of a run is broken and
+// taken by another owner, and the command exits before the next renewal
+// could tell: the release finds the key taken, and run exits 70, not the
+// command's 0 (black-box round 9).
+func TestRunBrokenAndTakenBeforeItsRenewal(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	f := marksFile(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "-ttl", "30s", "quick", "--", "sh", "-c",
+		`echo started >> "$F"; while [ ! -e "$1" ]; do sleep 0.01; done`, "sh", gate)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	var out lockedBuffer
+	if code := run([]string{"break", "-addr", srv.Addr, "quick"}, &out, &out); code != 0 {
+		t.Fatalf("break: %d %s", code, out.String())
+	}
+	admin.Set(context.Background(), "quick", "someone-else", time.Minute)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil { // the command exits 0, well before the renewal at 10s
+		t.Fatal(err)
+	}
+	if code := c.code(t); code != exitLost || !strings.Contains(c.errOut.String(), "lock lost") {
+		t.Fatalf("exit %d, stderr %q; want %d, lock lost", code, c.errOut, exitLost)
+	}
+	if admin.Get(context.Background(), "quick").Val() != "someone-else" {
+		t.Fatal("run touched the new holder's lock")
+	}
+}
+
+// TestHelpExitsZero: -h of every command prints its usage and exits 0
+// (black-box round 9: 64, which help gives to bad flags).
+func TestHelpExitsZero(t *testing.T) {
+	for _, cmd := range []string{"run", "status", "break", "watch", "demo"} {
+		var out, errOut lockedBuffer
+		if code := run([]string{cmd, "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-addr") {
+			t.Errorf("%s -h: exit %d, %q", cmd, code, errOut.String())
+		}
+	}
+	var out, errOut lockedBuffer
+	if code := run([]string{"help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "65   the key holds something that is not a lock") {
+		t.Errorf("help: exit %d, %q", code, out.String())
+	}
+}
+
+// TestTextQuotesOddKeys: keys and owner ids that are empty, not UTF-8 or
+// hold control characters are quoted, so that each status is one line.
+func TestTextQuotesOddKeys(t *testing.T) {
+	for in, want := range map[string]string{"plain:key": "plain:key", "a\nb": `"a\nb"`, "": `""`, "\xff": `"\xff"`, "ключ": "ключ"} {
+		if got := text(in); got != want {
+			t.Errorf("text(%q) = %s, want %s", in, got, want)
+		}
 	}
 }

@@ -65,7 +65,9 @@ releases it when COMMAND exits. Exits with COMMAND's status, or:
   75  lock busy      126 COMMAND not executable  127 COMMAND not found
   128+N  COMMAND was killed by signal N
 If the lock is lost while COMMAND runs (its key expired, or was deleted by
-"redislock break"), COMMAND gets SIGTERM, then SIGKILL after -grace. SIGINT
+"redislock break"), COMMAND gets SIGTERM, then SIGKILL after -grace; if
+COMMAND exited before the loss was known (the release found the key gone
+or taken), redislock exits 70 all the same. SIGINT
 and SIGTERM to redislock are passed on to COMMAND. COMMAND finds the lock's
 owner id in $REDISLOCK_OWNER (what "redislock status" shows and
 "redislock break -owner" takes) and, with -fencing, its token in
@@ -87,7 +89,7 @@ func runCmd(args []string, stderr io.Writer) int {
 	fencing := fs.Bool("fencing", false, "pass a fencing token to COMMAND as $REDISLOCK_TOKEN")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return parseStatus(err)
 	}
 	rest := fs.Args()
 	if len(rest) >= 2 && rest[1] == "--" {
@@ -190,7 +192,14 @@ func (r *runner) run() int {
 	case !ran:
 		complain(r.stderr, err)
 		return unavailableOrUsage(err)
-	case err != nil && !isEnd(err) && r.code != exitCannotExec && r.code != exitNotFound:
+	case r.code == exitCannotExec || r.code == exitNotFound:
+	case isEnd(err) && r.code != exitLost:
+		// The command exited before the hold's loss was known: the
+		// release found the key gone or taken. It ran part of its time
+		// without the lock.
+		fmt.Fprintf(r.stderr, "redislock: %s while %s ran; it exited %d\n", unprefixed(err), r.command[0], r.code)
+		return exitLost
+	case err != nil && !isEnd(err):
 		fmt.Fprintf(r.stderr, "redislock: releasing %q: %s (it expires with its lease)\n", key, unprefixed(err))
 	}
 	return r.code
