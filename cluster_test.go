@@ -143,7 +143,7 @@ func newMigration(t *testing.T, c *redis.ClusterClient, nodes []*redis.Client, k
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := migration{slot: int(hashSlot(key))}
+	m := migration{slot: int(clusterSlot(key))}
 	for _, n := range nodes {
 		switch {
 		case n.Options().Addr == owner.Options().Addr:

@@ -388,13 +388,7 @@ func TestFairRacesOnOneLock(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, rl := range []*RedisLock{a, b} { // acquisitions of holds that ended meanwhile
-		for rl.Holds() > 0 || rl.Err() != nil {
-			if _, err := rl.Release(); err == nil && rl.Holds() == 0 {
-				break
-			}
-		}
-	}
+	releaseAll(a, b) // acquisitions of holds that ended meanwhile
 	givingBack.Wait()
 	if n := nilWithout.Load(); n > 0 {
 		t.Errorf("AcquireWait returned nil without the lock %d times", n)

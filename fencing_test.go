@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -87,14 +86,17 @@ func TestRelatedNames(t *testing.T) {
 		if got != want {
 			t.Errorf("relatedName(%q) = %q, want %q", key, got, want)
 		}
-		if hashSlot(got) != hashSlot(key) {
-			t.Errorf("%q is in slot %d, %q in %d", got, hashSlot(got), key, hashSlot(key))
+		if clusterSlot(got) != clusterSlot(key) {
+			t.Errorf("%q is in slot %d, %q in %d", got, clusterSlot(got), key, clusterSlot(key))
 		}
 	}
-	// A '}' without a hash tag cannot be wrapped into the key's slot.
-	for _, key := range []string{"a}b", "{}empty-tag"} {
-		if hashSlot(relatedName(key, "x")) == hashSlot(key) {
-			t.Logf("%q happens to share its slot", key)
+	// A '}' without a hash tag: a tag of the key's slot (black-box round
+	// 9: "a}b" failed with CROSSSLOT on a cluster).
+	for _, key := range []string{"a}b", "{}empty-tag", "x}{", "}", "}{"} {
+		for _, kind := range []string{"fence", "waiter:", "broken"} {
+			if got := relatedName(key, kind); clusterSlot(got) != clusterSlot(key) {
+				t.Errorf("%q is in slot %d, %q in %d", got, clusterSlot(got), key, clusterSlot(key))
+			}
 		}
 	}
 }
@@ -103,7 +105,8 @@ func TestRelatedNames(t *testing.T) {
 // wake-up channel and one fencing counter.
 func TestRelatedNamesNeverCollide(t *testing.T) {
 	keys := []string{"k", "{k}", "a}b", "{a}b}", "{k}#redislock:fence", "{k}:redislock:fence",
-		"{{k}}", "{}", "}", "{", "a{}b", "{a{}b}", "x{y}", "{x{y}}"}
+		"{{k}}", "{}", "}", "{", "a{}b", "{a{}b}", "x{y}", "{x{y}}",
+		"{0}~a}b", "{0}~a}b~redislock:fence", relatedName("a}b", "fence"), "a}b~redislock:fence", "}~redislock:fence"}
 	seen := map[string]string{}
 	for _, key := range keys {
 		for _, kind := range []string{"fence", "released", "last-release"} {
@@ -116,33 +119,11 @@ func TestRelatedNamesNeverCollide(t *testing.T) {
 	}
 }
 
-// hashSlot is Redis Cluster's slot of key: CRC16 (XMODEM) of its hash tag,
-// or of the whole key when it has none, modulo 16384.
-func hashSlot(key string) uint16 {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
-func TestHashSlotMatchesRedis(t *testing.T) {
+func TestClusterSlotMatchesRedis(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.0.
 	for key, want := range map[string]uint16{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "": 0} {
-		if got := hashSlot(key); got != want {
-			t.Errorf("hashSlot(%q) = %d, want %d", key, got, want)
+		if got := clusterSlot(key); got != want {
+			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, want)
 		}
 	}
 }

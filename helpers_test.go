@@ -204,6 +204,18 @@ func mustRelease(t testing.TB, rl *RedisLock) {
 	}
 }
 
+// releaseAll gives back every acquisition the locks still count, those of
+// holds that ended included.
+func releaseAll(rls ...*RedisLock) {
+	for _, rl := range rls {
+		for rl.Holds() > 0 || rl.Err() != nil {
+			if _, err := rl.Release(); err == nil && rl.Holds() == 0 {
+				break
+			}
+		}
+	}
+}
+
 // watchRunning reports whether a run of h's watchdog is under way.
 func watchRunning(rl *RedisLock, h *hold) bool {
 	rl.mu.Lock()

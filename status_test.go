@@ -391,13 +391,7 @@ func TestOperatorCallsRaceEveryCall(t *testing.T) {
 			if err := <-watched; !errors.Is(err, context.Canceled) {
 				t.Errorf("Watch = %v; want context.Canceled", err)
 			}
-			for _, rl := range []*RedisLock{a, b} { // acquisitions of holds that ended meanwhile
-				for rl.Holds() > 0 || rl.Err() != nil {
-					if _, err := rl.Release(); err == nil && rl.Holds() == 0 {
-						break
-					}
-				}
-			}
+			releaseAll(a, b) // acquisitions of holds that ended meanwhile
 			givingBack.Wait()
 			for _, p := range problems {
 				t.Error(p)
@@ -405,25 +399,6 @@ func TestOperatorCallsRaceEveryCall(t *testing.T) {
 			waitFor(t, 5*time.Second, "the key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
 			waitKeysGone(t, admin, key, 3*time.Second)
 		})
-	}
-}
-
-// TestClusterSlotFunction: clusterSlot gives the slots that Redis Cluster
-// documents (CLUSTER KEYSLOT), and every form of a related name, keys with
-// a stray '}' included, lands in its key's slot. (Black-box round 9: "a}b"
-// failed with CROSSSLOT on a cluster.)
-func TestClusterSlotFunction(t *testing.T) {
-	for key, slot := range map[string]uint16{"123456789": 0x31C3 & 16383, "foo": 12182, "{user1000}.following": 3443, "bar": 5061} {
-		if got := clusterSlot(key); got != slot {
-			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, slot)
-		}
-	}
-	for _, key := range []string{"a}b", "{}x", "x}{", "}", "plain", "{tag}x", "a{b"} {
-		for _, kind := range []string{"fence", "waiter:", "broken"} {
-			if got, want := clusterSlot(relatedName(key, kind)), clusterSlot(key); got != want {
-				t.Errorf("relatedName(%q, %q) = %q in slot %d; the key is in %d", key, kind, relatedName(key, kind), got, want)
-			}
-		}
 	}
 }
 

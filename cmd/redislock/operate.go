@@ -64,31 +64,43 @@ func describe(st redislock.Status) string {
 	return b.String()
 }
 
-// operatorFlags are the flags of status, break and watch.
-type operatorFlags struct {
-	conn connFlags
-	json bool
+// operator is what status, break and watch share: -json, and the lock
+// that their flags name.
+type operator struct {
+	json  bool
+	lock  *redislock.RedisLock
+	close func() // closes the lock's client
 }
 
-// parse parses args into o and returns the key; code is the exit status
-// when parsing ended the command (0 after -h).
-func (o *operatorFlags) parse(name, usage string, args []string, stderr io.Writer, more func(*flag.FlagSet)) (key string, code int, ok bool) {
+// newOperator parses the flags of the command name, more adding its own,
+// and opens the lock they name. It returns nil when the command is over,
+// with its exit status (0 after -h).
+func newOperator(name, usage string, args []string, stderr io.Writer, more func(*flag.FlagSet)) (*operator, int) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	o.conn.register(fs)
+	var conn connFlags
+	conn.register(fs)
+	o := &operator{}
 	fs.BoolVar(&o.json, "json", false, "print JSON objects, one per line, for scripts")
 	if more != nil {
 		more(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return "", parseStatus(err), false
+		return nil, parseStatus(err)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return "", exitUsage, false
+		return nil, exitUsage
 	}
-	return fs.Arg(0), 0, true
+	client, err := conn.client()
+	if err != nil {
+		complain(stderr, err)
+		return nil, exitUsage
+	}
+	o.lock = redislock.NewRedisLock(redislock.FromGoRedis(client), fs.Arg(0))
+	o.close = func() { client.Close() }
+	return o, 0
 }
 
 // failed reports err and returns the exit status for it.
@@ -115,20 +127,14 @@ flags:
 
 // statusCmd is "redislock status KEY".
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	var o operatorFlags
-	key, code, ok := o.parse("status", statusUsage, args, stderr, nil)
-	if !ok {
+	o, code := newOperator("status", statusUsage, args, stderr, nil)
+	if o == nil {
 		return code
 	}
-	lock, closeClient, err := o.lock(key)
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer closeClient()
+	defer o.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := lock.Inspect(ctx)
+	st, err := o.lock.Inspect(ctx)
 	if err != nil {
 		return failed(stderr, err)
 	}
@@ -137,16 +143,6 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, describe(st))
 	return 0
-}
-
-// lock returns a RedisLock on key for the operator's commands, and what
-// closes its client.
-func (o *operatorFlags) lock(key string) (*redislock.RedisLock, func(), error) {
-	client, err := o.conn.client()
-	if err != nil {
-		return nil, nil, err
-	}
-	return redislock.NewRedisLock(redislock.FromGoRedis(client), key), func() { client.Close() }, nil
 }
 
 func printJSON(stdout, stderr io.Writer, v statusJSON) int {
@@ -174,23 +170,17 @@ flags:
 
 // breakCmd is "redislock break KEY".
 func breakCmd(args []string, stdout, stderr io.Writer) int {
-	var o operatorFlags
 	var owner string
-	key, code, ok := o.parse("break", breakUsage, args, stderr, func(fs *flag.FlagSet) {
+	o, code := newOperator("break", breakUsage, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&owner, "owner", "", "break the lock only while this owner id holds it (see status)")
 	})
-	if !ok {
+	if o == nil {
 		return code
 	}
-	lock, closeClient, err := o.lock(key)
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer closeClient()
+	defer o.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := lock.Break(ctx, owner)
+	st, err := o.lock.Break(ctx, owner)
 	switch {
 	case errors.Is(err, redislock.ErrHeldByOther):
 		fmt.Fprintf(stderr, "redislock: %s is held by %s, not %s: nothing broken\n", text(st.Key), text(st.Owner), text(owner))
@@ -235,27 +225,21 @@ flags:
 
 // watchCmd is "redislock watch KEY"; it runs until ctx ends.
 func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var o operatorFlags
 	var poll time.Duration
-	key, code, ok := o.parse("watch", watchUsage, args, stderr, func(fs *flag.FlagSet) {
+	o, code := newOperator("watch", watchUsage, args, stderr, func(fs *flag.FlagSet) {
 		fs.DurationVar(&poll, "poll", time.Second, "how often to read the lock besides its releases")
 	})
-	if !ok {
+	if o == nil {
 		return code
 	}
+	defer o.close()
 	if poll <= 0 {
 		fmt.Fprintf(stderr, "redislock: -poll %v: must be positive\n", poll)
 		return exitUsage
 	}
-	lock, closeClient, err := o.lock(key)
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer closeClient()
 	var last redislock.Status
 	first := true
-	err = lock.Watch(ctx, poll, func(st redislock.Status) {
+	err := o.lock.Watch(ctx, poll, func(st redislock.Status) {
 		now := time.Now()
 		if o.json {
 			v := toJSON(st)
