@@ -3,13 +3,13 @@ package redislock
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // Status is the state of a lock in Redis, as an operator sees it: read by
@@ -181,7 +181,8 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 // when the lock has a Subscriber (see WithPubSub), and every poll, which
 // sees renewals and holders that come and go without a release; poll <= 0
 // means one second. Changes that come and go between two reads are not
-// seen. fn runs on Watch's goroutine. Watch returns ctx's error when ctx
+// seen; without a Subscriber, or when subscribing fails, Watch only polls.
+// fn runs on Watch's goroutine. Watch returns ctx's error when ctx
 // ends, or the first error of a read.
 func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Status)) error {
 	if err := rl.check(ctx); err != nil {
@@ -194,14 +195,18 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 		poll = time.Second
 	}
 	var released <-chan *redis.Message
-	if rl.pubsub != nil {
-		ps := rl.pubsub.Subscribe(ctx, rl.channel)
-		defer ps.Close()
-		// Subscribed before the first read: no release falls between.
-		if _, err := ps.Receive(ctx); err != nil {
-			return errors.Join(opErr("watch", rl.key, err), ctx.Err())
+	if !isNil(rl.pubsub) {
+		if ps := rl.pubsub.Subscribe(ctx, rl.channel); ps != nil {
+			defer ps.Close()
+			// Subscribed before the first read: no release falls between.
+			if _, err := ps.Receive(ctx); err == nil {
+				released = ps.Channel()
+			} else if ctx.Err() != nil {
+				return ctx.Err()
+			} else {
+				logx.Errorf("redislock: watching %q without its release channel: %v", rl.key, err)
+			}
 		}
-		released = ps.Channel()
 	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()

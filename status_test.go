@@ -487,3 +487,48 @@ func TestWatchReportsNoChangeWithoutOne(t *testing.T) {
 		t.Fatalf("Watch = %v, saw %+v; want one status, the holder's", err, seen)
 	}
 }
+
+// nilSubscriber gives no PubSub.
+type nilSubscriber struct{}
+
+func (nilSubscriber) Subscribe(context.Context, ...string) *redis.PubSub { return nil }
+
+// TestWatchWithoutReleaseChannel: with a Subscriber that gives no PubSub,
+// or one whose server is unreachable, Watch polls, and sees a holder come
+// and go.
+func TestWatchWithoutReleaseChannel(t *testing.T) {
+	srv := redisserver.Start(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer dead.Close()
+	for name, sub := range map[string]Subscriber{"nil PubSub": nilSubscriber{}, "unreachable": dead} {
+		holder := NewRedisLock(FromGoRedis(srv.Client(t)), "polled")
+		w := NewRedisLock(FromGoRedis(srv.Client(t)), "polled", WithPubSub(sub))
+		ctx, cancel := context.WithCancel(context.Background())
+		seen := make(chan Status, 100)
+		done := make(chan error, 1)
+		go func() { done <- w.Watch(ctx, 10*time.Millisecond, func(st Status) { seen <- st }) }()
+		next := func() Status {
+			select {
+			case st := <-seen:
+				return st
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: no status in 30 s", name)
+				return Status{}
+			}
+		}
+		if st := next(); st.Held {
+			t.Fatalf("%s: first status %+v; want free", name, st)
+		}
+		mustAcquire(t, holder)
+		if st := next(); st.Owner != holder.Owner() {
+			t.Fatalf("%s: status %+v; want the holder's", name, st)
+		}
+		mustRelease(t, holder)
+		for next().Held {
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: Watch = %v", name, err)
+		}
+	}
+}
