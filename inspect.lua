@@ -11,8 +11,8 @@
 --                 wrote the key;
 --        owner    the value of KEYS[1] when it is a string, else "";
 --        pttl     the PTTL of KEYS[1] in ms (-2 missing, -1 no expiry);
---        counter  the value of KEYS[2] ("" when missing; "(type)" when
---                 it is not a string);
+--        counter  "=" followed by the value of KEYS[2]; "" when missing;
+--                 "(type)" when it is not a string;
 --        waiters  how many ids in KEYS[3] have a live liveness key;
 --        now      the server's clock in milliseconds (with pttl, when the
 --                 key expires by the server's clock).
@@ -24,7 +24,7 @@ end
 local counter = ""
 local counterKind = redis.call("TYPE", KEYS[2]).ok
 if counterKind == "string" then
-    counter = redis.call("GET", KEYS[2])
+    counter = "=" .. redis.call("GET", KEYS[2])
 elseif counterKind ~= "none" then
     counter = "(" .. counterKind .. ")"
 end

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,8 +23,11 @@ type Status struct {
 	Held  bool
 	Owner string
 	// TTL is the holder's remaining lease as Redis counts it: 0 when the
-	// lock is free, -1 when someone removed the key's expiry.
-	TTL time.Duration
+	// lock is free, -1 when someone removed the key's expiry. Expires is
+	// when the key expires by the Redis server's clock (zero when free or
+	// without expiry): a renewal moves it later, and nothing else does.
+	TTL     time.Duration
+	Expires time.Time
 	// Fence is the lock's fencing counter: the latest token issued on the
 	// key (see WithFencing), 0 when none was.
 	Fence int64
@@ -61,25 +65,23 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err
 	}
-	st, _, err := rl.inspect(ctx)
+	st, err := rl.inspect(ctx)
 	if err != nil {
 		return Status{}, opErr("inspect", rl.key, err)
 	}
 	return st, nil
 }
 
-// inspect runs inspect.lua. It also returns when the key expires by the
-// server's clock, in ms (0 when it does not exist, -1 when it has no
-// expiry), which moves only when the lease is extended.
-func (rl *RedisLock) inspect(ctx context.Context) (Status, int64, error) {
+// inspect runs inspect.lua.
+func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue")}
 	reply, err := rl.run(ctx, inspectScript, keys, relatedName(rl.key, "waiter:"))
 	if err != nil {
-		return Status{}, 0, err
+		return Status{}, err
 	}
 	v, ok := reply.([]any)
 	if !ok || len(v) != 6 {
-		return Status{}, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+		return Status{}, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
 	}
 	kind, ok1 := v[0].(string)
 	owner, ok2 := v[1].(string)
@@ -88,29 +90,37 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, int64, error) {
 	waiters, ok5 := v[4].(int64)
 	now, ok6 := v[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || pttl < -2 || waiters < 0 {
-		return Status{}, 0, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
+		return Status{}, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
 	}
 	st := Status{Key: rl.key, Waiters: int(waiters)}
-	var expires int64
 	switch kind {
 	case "none":
 	case "string":
 		st.Held, st.Owner, st.TTL = true, owner, leaseLeft(pttl)
-		expires = -1
-		if pttl >= 0 {
-			expires = now + pttl
+		if pttl >= 0 && pttl < math.MaxInt64-now {
+			st.Expires = time.UnixMilli(now + pttl)
 		}
 	default:
-		return Status{}, 0, fmt.Errorf("%w: a %s", ErrWrongType, kind)
+		return Status{}, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
 	if counter != "" {
-		n, err := strconv.ParseInt(counter, 10, 64)
-		if err != nil || n < 0 {
-			return Status{}, 0, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), counter)
+		n, ok := parseCounter(strings.TrimPrefix(counter, "="))
+		if !ok || counter[0] != '=' {
+			return Status{}, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), counter)
 		}
 		st.Fence = n
 	}
-	return st, expires, nil
+	return st, nil
+}
+
+// parseCounter reads a fencing counter as acquire.lua accepts it: decimal
+// digits only, below 2^53-1.
+func parseCounter(s string) (int64, bool) {
+	if s == "" || len(s) > 16 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n < 1<<53-1
 }
 
 // leaseLeft converts a PTTL reply of a key that exists: -1 when it has no
@@ -142,7 +152,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err
 	}
-	st, _, err := rl.inspect(ctx) // the counter and the waiters, which the break leaves
+	st, err := rl.inspect(ctx) // the counter and the waiters, which the break leaves
 	if err != nil || !st.Held {
 		return st, opErrOrNil("break", rl.key, err)
 	}
@@ -161,7 +171,10 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if !ok1 || !ok2 || !ok3 || broken < -1 || broken > 2 || pttl < -2 {
 		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v))
 	}
-	st = Status{Key: rl.key, Held: pttl != -2, Owner: was, TTL: 0, Fence: st.Fence, Waiters: st.Waiters}
+	if st.Owner != was || !st.Held { // the lock changed hands since inspect read it
+		st.Expires = time.Time{}
+	}
+	st.Held, st.Owner, st.TTL = pttl != -2, was, 0
 	if st.Held {
 		st.TTL = leaseLeft(pttl)
 	}
@@ -211,19 +224,18 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	var last Status
-	var lastExpires int64
 	for first := true; ; first = false {
-		st, expires, err := rl.inspect(ctx)
+		st, err := rl.inspect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return opErr("watch", rl.key, err)
 		}
-		if first || changed(last, st, lastExpires, expires) {
+		if first || changed(last, st) {
 			fn(st)
 		}
-		last, lastExpires = st, expires
+		last = st
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -241,15 +253,22 @@ func opErrOrNil(op, key string, err error) error {
 	return opErr(op, key, err)
 }
 
-// changed reports whether now differs from was in what Watch reports; the
-// key's expiry, by the server's clock, moves later only when the lease is
-// extended (2 ms for the rounding of two readings to milliseconds).
-func changed(was, now Status, wasExpires, expires int64) bool {
+// changed reports whether now differs from was in what Watch reports.
+func changed(was, now Status) bool {
 	switch {
 	case was.Held != now.Held, was.Owner != now.Owner, was.Fence != now.Fence, was.Waiters != now.Waiters:
 		return true
-	case (wasExpires < 0) != (expires < 0):
-		return true
+	case (was.TTL < 0) != (now.TTL < 0):
+		return true // expiry removed, or set again
 	}
-	return expires > wasExpires+2
+	return extended(was, now)
+}
+
+// extended reports whether the lease of the hold that was saw was extended
+// by the time now was read: the same owner holds the key, and its expiry,
+// by the server's clock, moved later (by more than the 2 ms that rounding
+// two readings to milliseconds can make).
+func extended(was, now Status) bool {
+	return was.Held && now.Held && was.Owner == now.Owner &&
+		!was.Expires.IsZero() && now.Expires.Sub(was.Expires) > 2*time.Millisecond
 }

@@ -29,7 +29,8 @@ type statusJSON struct {
 	Key     string `json:"key"`
 	Held    bool   `json:"held"`
 	Owner   string `json:"owner"`
-	TTLms   int64  `json:"ttl_ms"` // 0 when free, -1 when the key has no expiry
+	TTLms   int64  `json:"ttl_ms"`            // 0 when free, -1 when the key has no expiry
+	Expires string `json:"expires,omitempty"` // by the Redis server's clock, RFC 3339
 	Fence   int64  `json:"fence"`
 	Waiters int    `json:"waiters"`
 	Broken  *bool  `json:"broken,omitempty"` // break: whether it broke the lock
@@ -40,7 +41,11 @@ func toJSON(st redislock.Status) statusJSON {
 	if st.TTL < 0 {
 		ms = -1
 	}
-	return statusJSON{Key: st.Key, Held: st.Held, Owner: st.Owner, TTLms: ms, Fence: st.Fence, Waiters: st.Waiters}
+	v := statusJSON{Key: st.Key, Held: st.Held, Owner: st.Owner, TTLms: ms, Fence: st.Fence, Waiters: st.Waiters}
+	if !st.Expires.IsZero() {
+		v.Expires = st.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	return v
 }
 
 // describe is a Status in one line of text.
@@ -257,24 +262,28 @@ func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // change says, after a watch line, what changed since the line before.
-// Watch reports a status only when something changed; when the holder,
-// its counter and its waiters are the same, that was its lease.
 func change(first bool, was, now redislock.Status) string {
-	switch {
-	case first:
+	if first {
 		return ""
-	case was.Held && now.Held && was.Owner != now.Owner:
-		return " (was " + text(was.Owner) + ")"
-	case was.Held && !now.Held:
-		return " (released, broken or expired)"
-	case was.Held != now.Held, was.Fence != now.Fence:
-		return ""
-	case was.Waiters != now.Waiters:
-		return " (waiters " + strconv.Itoa(was.Waiters) + " -> " + strconv.Itoa(now.Waiters) + ")"
-	case now.TTL < 0:
-		return " (expiry removed)"
 	}
-	return " (lease extended)"
+	var notes []string
+	switch {
+	case was.Held && now.Held && was.Owner != now.Owner:
+		notes = append(notes, "was "+text(was.Owner))
+	case was.Held && !now.Held:
+		notes = append(notes, "released, broken or expired")
+	case was.Held && now.Held && now.TTL < 0 && was.TTL >= 0:
+		notes = append(notes, "expiry removed")
+	case was.Held && now.Held && !was.Expires.IsZero() && now.Expires.Sub(was.Expires) > 2*time.Millisecond:
+		notes = append(notes, "lease extended") // the key's expiry, by the server's clock, moved later
+	}
+	if was.Waiters != now.Waiters {
+		notes = append(notes, "waiters "+strconv.Itoa(was.Waiters)+" -> "+strconv.Itoa(now.Waiters))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
 }
 
 // text is s as the text output shows a key or an owner id: as it is, or

@@ -21,6 +21,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/zeromicro/go-zero/core/conf"
+	"github.com/zeromicro/go-zero/core/proc"
 	"github.com/zeromicro/go-zero/rest"
 	"github.com/zeromicro/go-zero/rest/httpx"
 )
@@ -79,5 +80,9 @@ func newServer(c config.Config) (*rest.Server, *svc.ServiceContext) {
 	ctx := svc.NewServiceContext(c)
 	handler.RegisterHandlers(server, ctx)
 	httpx.SetErrorHandlerCtx(errorx.Handler)
+	// At SIGTERM, while the server lets in-flight requests finish, close the
+	// Locker: requests waiting for a lock give up at once (503), and charges
+	// under way stop before the gateway (503), to be retried elsewhere.
+	proc.AddShutdownListener(func() { _ = ctx.Close() })
 	return server, ctx
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/zeromicro/go-zero/core/logx"
 	"github.com/zeromicro/go-zero/core/proc"
 
+	"github.com/redislock/redislock"
 	"github.com/redislock/redislock/examples/gozero-service/internal/config"
 	"github.com/redislock/redislock/examples/gozero-service/internal/svc"
 	"github.com/redislock/redislock/examples/gozero-service/internal/types"
@@ -195,8 +197,8 @@ func TestChargeOnce(t *testing.T) {
 		if charged != 1 {
 			t.Errorf("invoice %s: %d replies say charged, want 1", id, charged)
 		}
-		if n := s.svc.Gateway.Charges(id); n != 1 {
-			t.Errorf("invoice %s: the gateway charged it %d times, want 1", id, n)
+		if n := s.svc.Gateway.Attempts(id); n != 1 || !s.svc.Gateway.Charged(id) {
+			t.Errorf("invoice %s: %d charges reached the gateway, want 1 (charged: %v)", id, n, s.svc.Gateway.Charged(id))
 		}
 		if n := s.rdb.Exists(context.Background(), "invoice:"+id+":paid").Val(); n != 1 {
 			t.Errorf("invoice %s: no paid marker", id)
@@ -208,7 +210,8 @@ func TestChargeOnce(t *testing.T) {
 }
 
 // TestChargeWithoutLock is the control: the same burst without the lock
-// charges some invoice more than once, so TestChargeOnce can fail.
+// sends duplicate charges of some invoice to the gateway (its idempotency
+// key answers them as replays), so TestChargeOnce's count can fail.
 func TestChargeWithoutLock(t *testing.T) {
 	s := startService(t, nil, func(sc *svc.ServiceContext) {
 		sc.Unlocked = true
@@ -217,7 +220,7 @@ func TestChargeWithoutLock(t *testing.T) {
 	ids := invoiceIDs(8)
 	replies := s.burst(t, ids, 16)
 
-	twice := 0
+	duplicated := 0
 	for _, id := range ids {
 		charged := 0
 		for _, r := range replies[id] {
@@ -228,18 +231,89 @@ func TestChargeWithoutLock(t *testing.T) {
 				charged++
 			}
 		}
-		n := s.svc.Gateway.Charges(id)
-		if n != charged {
-			t.Errorf("invoice %s: the gateway charged it %d times, the replies say %d", id, n, charged)
+		if charged != 1 {
+			t.Errorf("invoice %s: %d replies say charged; the gateway's key allows 1", id, charged)
 		}
-		if n > 1 {
-			twice++
+		if s.svc.Gateway.Attempts(id) > 1 {
+			duplicated++
 		}
 	}
-	if twice == 0 {
-		t.Error("without the lock, no invoice was charged twice")
+	if duplicated == 0 {
+		t.Error("without the lock, no invoice was charged twice at the gateway")
 	}
-	t.Logf("without the lock, %d of %d invoices were charged more than once", twice, len(ids))
+	t.Logf("without the lock, %d of %d invoices reached the gateway more than once", duplicated, len(ids))
+}
+
+// TestBreakDuringCharge: an operator breaks the lock of a charge under way
+// (black-box round 10: a concurrent request then charged the invoice
+// again). The holder learns of the loss only when it releases, after its
+// charge; the request woken by the break charges too, and the gateway's
+// idempotency key answers it as a replay: one charge, one reply that says
+// so, and every reply 200.
+func TestBreakDuringCharge(t *testing.T) {
+	s := startService(t, nil, func(sc *svc.ServiceContext) {
+		sc.Gateway.Delay = 500 * time.Millisecond
+	})
+	ctx := context.Background()
+	done := make(chan map[string][]reply, 1)
+	go func() { done <- s.burst(t, []string{"77"}, 8) }()
+	for deadline := time.Now().Add(10 * time.Second); s.rdb.Exists(ctx, "invoice:77").Val() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock was never taken")
+		}
+	}
+	st, err := redislock.NewRedisLock(redislock.FromGoRedis(s.rdb), "invoice:77").Break(ctx, "")
+	if err != nil || !st.Held {
+		t.Fatalf("Break = %+v, %v", st, err)
+	}
+	replies := <-done
+	charged := 0
+	for _, r := range replies["77"] {
+		if r.status != http.StatusOK {
+			t.Errorf("HTTP %d %s", r.status, r.raw)
+		}
+		if r.body.Charged {
+			charged++
+		}
+	}
+	if charged != 1 || !s.svc.Gateway.Charged("77") {
+		t.Errorf("%d replies say charged; want 1", charged)
+	}
+	t.Logf("%d charges reached the gateway", s.svc.Gateway.Attempts("77"))
+}
+
+// TestWaitTimesOutWith503: a request that waits for a lock held elsewhere
+// until go-zero's request timeout gets 503, and so does one waiting when
+// the service shuts down (black-box round 10: 400).
+func TestWaitTimesOutWith503(t *testing.T) {
+	s := startService(t, func(c *config.Config) { c.Timeout = 300 }, nil)
+	ctx := context.Background()
+	s.rdb.Set(ctx, "invoice:9", "another-replica", time.Minute)
+	client := &http.Client{Timeout: 20 * time.Second}
+	if r, err := s.charge(client, "9"); err != nil || r.status != http.StatusServiceUnavailable {
+		t.Fatalf("reply %+v, %v; want 503", r, err)
+	}
+
+	s = startService(t, nil, nil) // a 15 s timeout
+	s.rdb.Set(ctx, "invoice:9", "another-replica", time.Minute)
+	before := evalCalls(t, s.rdb)
+	got := make(chan reply, 1)
+	go func() {
+		r, err := s.charge(client, "9")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	for deadline := time.Now().Add(10 * time.Second); evalCalls(t, s.rdb) == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request made no attempt")
+		}
+	}
+	proc.Shutdown() // what SIGTERM does after its wrap-up
+	if r := <-got; r.status != http.StatusServiceUnavailable {
+		t.Fatalf("reply at shutdown %+v; want 503", r)
+	}
 }
 
 // TestLockLostMidCharge: when the invoice's lock is lost during the charge,
@@ -274,8 +348,8 @@ func TestLockLostMidCharge(t *testing.T) {
 	if r.status != http.StatusConflict {
 		t.Errorf("reply: HTTP %d %s, want 409", r.status, r.raw)
 	}
-	if n := s.svc.Gateway.Charges("7"); n != 0 {
-		t.Errorf("the gateway charged %d times, want 0", n)
+	if n := s.svc.Gateway.Attempts("7"); n != 0 {
+		t.Errorf("%d charges reached the gateway, want 0", n)
 	}
 	if n := s.rdb.Exists(ctx, "invoice:7:paid").Val(); n != 0 {
 		t.Error("a paid marker was written")
@@ -301,4 +375,21 @@ func TestDefaultConfig(t *testing.T) {
 	if err := loadConfig("etc/other.yaml", &config.Config{}); err == nil {
 		t.Error("a missing config file other than the default: no error")
 	}
+}
+
+// evalCalls is how many EVALs the server ran: go-zero's store runs the
+// lock's scripts with EVAL.
+func evalCalls(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }

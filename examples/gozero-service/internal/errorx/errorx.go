@@ -21,11 +21,15 @@ type Body struct {
 }
 
 // Handler is the service's httpx error handler: a CodeError is answered
-// with its code, anything else (a request that httpx.Parse refused) with 400.
+// with its code, the end of the request's context (go-zero's timeout) with
+// 503, anything else (a request that httpx.Parse refused) with 400.
 func Handler(_ context.Context, err error) (int, any) {
 	var ce *CodeError
-	if errors.As(err, &ce) {
+	switch {
+	case errors.As(err, &ce):
 		return ce.Code, Body{Error: ce.Msg}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, Body{Error: "timed out: retry"}
 	}
 	return http.StatusBadRequest, Body{Error: err.Error()}
 }

@@ -60,10 +60,17 @@ func (l *ChargeLogic) Charge(req *types.ChargeReq) (*types.ChargeResp, error) {
 	} else {
 		err = l.svcCtx.Locker.Do(l.ctx, "invoice:"+req.Id, charge)
 	}
-	if err != nil {
-		return nil, l.codeError(req.Id, err)
+	switch {
+	case err == nil:
+		return resp, nil
+	case resp != nil && errors.Is(err, redislock.ErrLockLost):
+		// The charge was done, and recorded, before the loss was known
+		// (the release found the key gone): the gateway's idempotency key
+		// kept a second holder from charging again, so the answer stands.
+		l.Errorf("invoice %s: %v after the charge was done", req.Id, err)
+		return resp, nil
 	}
-	return resp, nil
+	return nil, l.codeError(req.Id, err)
 }
 
 // chargeOnce charges invoice id unless its paid marker says it was. ctx ends
@@ -79,14 +86,18 @@ func (l *ChargeLogic) chargeOnce(ctx context.Context, id string) (*types.ChargeR
 	}
 	// If ctx ends (the lock lost, the request gone), the gateway stops and
 	// charges nothing, and neither do we.
-	if err := l.svcCtx.Gateway.Charge(ctx, id); err != nil {
+	charged, err := l.svcCtx.Gateway.Charge(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	// The money is taken: record it even if the lock was lost just now, so
-	// that no later request charges again. (A real gateway also takes the
-	// invoice id as an idempotency key, for a crash between these lines.)
+	// The invoice is paid (by this charge, or by an earlier one the gateway
+	// knew by its key): record it even if the lock was lost just now, so
+	// that later requests do not go to the gateway at all.
 	if err := l.svcCtx.Redis.SetCtx(context.WithoutCancel(ctx), paidKey, "1"); err != nil {
 		return nil, err
+	}
+	if !charged {
+		return &types.ChargeResp{Invoice: id, Reason: "already paid"}, nil
 	}
 	return &types.ChargeResp{Invoice: id, Charged: true}, nil
 }

@@ -19,7 +19,7 @@ type ServiceContext struct {
 	Gateway *Gateway
 
 	// Unlocked makes charges skip the lock. Only the tests set it, to show
-	// the double charges that the lock prevents.
+	// the duplicate charges that reach the gateway without it.
 	Unlocked bool
 }
 
