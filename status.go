@@ -104,9 +104,10 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
 	if counter != "" {
-		n, ok := parseCounter(strings.TrimPrefix(counter, "="))
-		if !ok || counter[0] != '=' {
-			return Status{}, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), counter)
+		value, isString := strings.CutPrefix(counter, "=")
+		n, ok := parseCounter(value)
+		if !ok || !isString {
+			return Status{}, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
 		}
 		st.Fence = n
 	}
