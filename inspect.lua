@@ -5,7 +5,7 @@
 -- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
 -- ARGV[1]  the prefix of its waiters' liveness keys
 --
--- Reply: {type, owner, pttl, counter, waiters, now}:
+-- Reply: {type, owner, pttl, counter, waiters, expires}:
 --        type     the type of KEYS[1]: "none" when the lock is free,
 --                 "string" when held, another type when someone else
 --                 wrote the key;
@@ -14,8 +14,9 @@
 --        counter  "=" followed by the value of KEYS[2]; "" when missing;
 --                 "(type)" when it is not a string;
 --        waiters  how many ids in KEYS[3] have a live liveness key;
---        now      the server's clock in milliseconds (with pttl, when the
---                 key expires by the server's clock).
+--        expires  when KEYS[1] expires, in ms of the server's clock
+--                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
+--                 expiry, -2 missing.
 local kind = redis.call("TYPE", KEYS[1]).ok
 local owner = ""
 if kind == "string" then
@@ -36,6 +37,13 @@ if redis.call("TYPE", KEYS[3]).ok == "zset" then
         end
     end
 end
-local now = redis.call("TIME")
-return {kind, owner, redis.call("PTTL", KEYS[1]), counter, waiters,
-    tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+local pttl = redis.call("PTTL", KEYS[1])
+local expires = redis.pcall("PEXPIRETIME", KEYS[1])
+if type(expires) ~= "number" then -- Redis before 7.0
+    expires = pttl
+    if pttl >= 0 then
+        local now = redis.call("TIME")
+        expires = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + pttl
+    end
+end
+return {kind, owner, pttl, counter, waiters, expires}

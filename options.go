@@ -76,9 +76,10 @@ func WithoutWatchdog() Option {
 // tokens lower than the highest it has seen.
 //
 // The counter is one more key per lock name, never expiring (an expiry
-// would restart the sequence): the lock key and ":redislock:fence" when the
-// key has a hash tag, else "{key}:redislock:fence", so that it shares the
-// key's Redis Cluster slot.
+// would restart the sequence): the lock key and "#redislock:fence" when the
+// key has a hash tag, else "{key}:redislock:fence" (a key with a '}' but no
+// hash tag takes a tag of its slot), so that it shares the key's Redis
+// Cluster slot.
 func WithFencing() Option {
 	return func(o *options) { o.fencing = true }
 }

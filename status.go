@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -88,7 +89,7 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	pttl, ok3 := v[2].(int64)
 	counter, ok4 := v[3].(string)
 	waiters, ok5 := v[4].(int64)
-	now, ok6 := v[5].(int64)
+	expires, ok6 := v[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || pttl < -2 || waiters < 0 {
 		return Status{}, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
 	}
@@ -97,8 +98,8 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	case "none":
 	case "string":
 		st.Held, st.Owner, st.TTL = true, owner, leaseLeft(pttl)
-		if pttl >= 0 && pttl < math.MaxInt64-now {
-			st.Expires = time.UnixMilli(now + pttl)
+		if expires >= 0 {
+			st.Expires = time.UnixMilli(expires)
 		}
 	default:
 		return Status{}, fmt.Errorf("%w: a %s", ErrWrongType, kind)
@@ -107,21 +108,23 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 		value, isString := strings.CutPrefix(counter, "=")
 		n, ok := parseCounter(value)
 		if !ok || !isString {
-			return Status{}, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
+			// The rest of st stands: Break needs it.
+			return st, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
 		}
 		st.Fence = n
 	}
 	return st, nil
 }
 
-// parseCounter reads a fencing counter as acquire.lua accepts it: decimal
-// digits only, below 2^53-1.
+// parseCounter reads a fencing counter as acquire.lua writes it: decimal
+// digits only, at most 2^53-1 (the last token, after which acquisitions
+// refuse the counter as used up).
 func parseCounter(s string) (int64, bool) {
 	if s == "" || len(s) > 16 || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n < 1<<53-1
+	return n, err == nil && n <= 1<<53-1
 }
 
 // leaseLeft converts a PTTL reply of a key that exists: -1 when it has no
@@ -154,6 +157,9 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		return Status{}, err
 	}
 	st, err := rl.inspect(ctx) // the counter and the waiters, which the break leaves
+	if errors.Is(err, ErrCorruptFencingCounter) {
+		err = nil // the lock can be broken all the same; its Fence reads 0
+	}
 	if err != nil || !st.Held {
 		return st, opErrOrNil("break", rl.key, err)
 	}
@@ -189,8 +195,9 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 }
 
 // Watch calls fn with the lock's status, then again each time it changes,
-// until ctx ends: a new holder or none, a lease extended (or its expiry
-// removed), a new fencing counter, a different number of waiters. It reads
+// until ctx ends: a new holder or none, its lease extended or shortened
+// (its expiry, by the server's clock, moved, set or removed), a new fencing
+// counter, a different number of waiters. It reads
 // the status (with Inspect) when it hears a release on the lock's channel,
 // when the lock has a Subscriber (see WithPubSub), and every poll, which
 // sees renewals and holders that come and go without a release; poll <= 0
@@ -259,17 +266,17 @@ func changed(was, now Status) bool {
 	switch {
 	case was.Held != now.Held, was.Owner != now.Owner, was.Fence != now.Fence, was.Waiters != now.Waiters:
 		return true
-	case (was.TTL < 0) != (now.TTL < 0):
-		return true // expiry removed, or set again
 	}
-	return extended(was, now)
+	return leaseMoved(was.Expires, now.Expires)
 }
 
-// extended reports whether the lease of the hold that was saw was extended
-// by the time now was read: the same owner holds the key, and its expiry,
-// by the server's clock, moved later (by more than the 2 ms that rounding
-// two readings to milliseconds can make).
-func extended(was, now Status) bool {
-	return was.Held && now.Held && was.Owner == now.Owner &&
-		!was.Expires.IsZero() && now.Expires.Sub(was.Expires) > 2*time.Millisecond
+// leaseMoved reports whether a key's expiry moved between two readings:
+// extended, shortened, set or removed. Before Redis 7.0 an expiry is read
+// as TIME + PTTL, which can be 1 ms off, so 2 ms is no move.
+func leaseMoved(was, now time.Time) bool {
+	if was.IsZero() || now.IsZero() {
+		return was.IsZero() != now.IsZero()
+	}
+	d := now.Sub(was)
+	return d > 2*time.Millisecond || d < -2*time.Millisecond
 }

@@ -91,13 +91,16 @@ func TestInspect(t *testing.T) {
 	}
 	// Counters as acquisitions read them (black-box round 10: "", "-0" and
 	// 2^53 passed Inspect, though an acquisition refuses them).
+	// 2^53-1, the last token, reads as a token, though acquisitions refuse
+	// the counter as used up.
 	for counter, ok := range map[string]bool{"x1": false, "": false, "-0": false, "9007199254740992": false,
-		"9007199254740991": false, "9007199254740990": true, "0": true, "12": true} {
+		"9007199254740991": true, "9007199254740990": true, "0": true, "12": true} {
 		admin.Set(ctx, relatedName("badfence", "fence"), counter, 0)
 		st, err := NewRedisLock(FromGoRedis(admin), "badfence").Inspect(ctx)
 		fenced := NewRedisLock(FromGoRedis(admin), "badfence", WithFencing())
 		_, acqErr := fenced.AcquireCtx(ctx)
-		if ok != (err == nil) || ok != (acqErr == nil) || (!ok && !errors.Is(err, ErrCorruptFencingCounter)) {
+		usedUp := counter == "9007199254740991"
+		if ok != (err == nil) || (ok && !usedUp) != (acqErr == nil) || (!ok && !errors.Is(err, ErrCorruptFencingCounter)) {
 			t.Errorf("counter %q: Inspect = %+v, %v; acquisition err %v", counter, st, err, acqErr)
 		}
 		releaseAll(fenced)
@@ -542,5 +545,70 @@ func TestWatchWithoutReleaseChannel(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s: Watch = %v", name, err)
 		}
+	}
+}
+
+// TestBreakWithCorruptCounter: a lock whose fencing counter someone
+// overwrote can still be broken (black-box round 11: Break failed with
+// ErrCorruptFencingCounter and left the stuck lock).
+func TestBreakWithCorruptCounter(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	admin.Set(ctx, "stuck", "crashed", time.Hour)
+	admin.Set(ctx, relatedName("stuck", "fence"), "abc", 0)
+	st, err := NewRedisLock(FromGoRedis(admin), "stuck").Break(ctx, "")
+	if err != nil || st.Owner != "crashed" || st.Fence != 0 {
+		t.Fatalf("Break = %+v, %v; want the lock broken", st, err)
+	}
+	if admin.Exists(ctx, "stuck").Val() != 0 {
+		t.Fatal("the key is still there")
+	}
+}
+
+// TestWatchSeesExpiryMoves: an expiry shortened, removed and set again are
+// changes, reported once each; Expires is the server's PEXPIRETIME.
+func TestWatchSeesExpiryMoves(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	admin.Set(ctx, "moved", "owner", time.Hour)
+	seen := make(chan Status, 10)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- NewRedisLock(FromGoRedis(admin), "moved").Watch(wctx, 5*time.Millisecond, func(st Status) { seen <- st })
+	}()
+	next := func() Status {
+		select {
+		case st := <-seen:
+			return st
+		case <-time.After(30 * time.Second):
+			t.Fatal("no status in 30 s")
+			return Status{}
+		}
+	}
+	st := next()
+	if want := admin.PExpireTime(ctx, "moved").Val(); st.Expires.UnixMilli() != want.Milliseconds() {
+		t.Fatalf("Expires %v; PEXPIRETIME %v", st.Expires.UnixMilli(), want.Milliseconds())
+	}
+	admin.PExpire(ctx, "moved", time.Minute) // shortened
+	if st = next(); st.TTL > time.Minute || st.Expires.IsZero() {
+		t.Fatalf("after the shortening: %+v", st)
+	}
+	admin.Persist(ctx, "moved")
+	if st = next(); st.TTL != -1 || !st.Expires.IsZero() {
+		t.Fatalf("after PERSIST: %+v", st)
+	}
+	admin.PExpire(ctx, "moved", time.Hour)
+	if st = next(); st.TTL <= time.Minute || st.Expires.IsZero() {
+		t.Fatalf("after the expiry was set: %+v", st)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if len(seen) != 0 {
+		t.Fatalf("%d more statuses: %+v", len(seen), <-seen)
 	}
 }

@@ -221,7 +221,7 @@ const watchUsage = `usage: redislock watch [flags] KEY
 
 Prints the state of the lock KEY, then a line for each change of holder,
 lease (a renewal shows as a lease extended), fencing counter or waiters, as
-it happens: it listens on the lock's release channel and polls every -poll.
+it happens, naming every change since the line before: it listens on the lock's release channel and polls every -poll.
 Runs until interrupted (SIGINT or SIGTERM), then exits 0; 64 usage, 65 KEY
 holds something that is not a lock, 69 Redis unavailable.
 
@@ -261,24 +261,34 @@ func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return failed(stderr, err)
 }
 
-// change says, after a watch line, what changed since the line before.
+// change names, after a watch line, every change since the line before.
 func change(first bool, was, now redislock.Status) string {
 	if first {
 		return ""
 	}
 	var notes []string
+	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
 	switch {
-	case was.Held && now.Held && was.Owner != now.Owner:
-		notes = append(notes, "was "+text(was.Owner))
+	case !was.Held && now.Held:
+		note("acquired")
 	case was.Held && !now.Held:
-		notes = append(notes, "released, broken or expired")
-	case was.Held && now.Held && now.TTL < 0 && was.TTL >= 0:
-		notes = append(notes, "expiry removed")
-	case was.Held && now.Held && !was.Expires.IsZero() && now.Expires.Sub(was.Expires) > 2*time.Millisecond:
-		notes = append(notes, "lease extended") // the key's expiry, by the server's clock, moved later
+		note("released, broken or expired")
+	case was.Owner != now.Owner:
+		note("was %s", text(was.Owner))
+	case was.Expires.IsZero() && !now.Expires.IsZero():
+		note("expiry set")
+	case !was.Expires.IsZero() && now.Expires.IsZero():
+		note("expiry removed")
+	case now.Expires.Sub(was.Expires) > 2*time.Millisecond:
+		note("lease extended") // the key's expiry, by the server's clock, moved later
+	case now.Expires.Sub(was.Expires) < -2*time.Millisecond:
+		note("lease shortened")
+	}
+	if was.Fence != now.Fence {
+		note("fencing counter %d -> %d", was.Fence, now.Fence)
 	}
 	if was.Waiters != now.Waiters {
-		notes = append(notes, "waiters "+strconv.Itoa(was.Waiters)+" -> "+strconv.Itoa(now.Waiters))
+		note("waiters %d -> %d", was.Waiters, now.Waiters)
 	}
 	if len(notes) == 0 {
 		return ""

@@ -296,17 +296,26 @@ func TestTextQuotesOddKeys(t *testing.T) {
 // (black-box round 10: the extension went unnamed).
 func TestChangeNotesEveryChange(t *testing.T) {
 	t0 := time.Now()
-	was := redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 5 * time.Second, Expires: t0, Waiters: 1}
+	was := redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 5 * time.Second, Expires: t0, Fence: 7, Waiters: 1}
+	free := redislock.Status{Key: "k", Fence: 7, Waiters: 1}
+	if got := change(false, free, was); got != " (acquired)" {
+		t.Errorf("change from free = %q", got)
+	}
+	if got := change(false, redislock.Status{Key: "k", Held: true, Owner: "a", TTL: -1, Fence: 7, Waiters: 1}, was); got != " (expiry set)" {
+		t.Errorf("change to an expiry = %q", got)
+	}
 	for _, tc := range []struct {
 		now  redislock.Status
 		want string
 	}{
-		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 8 * time.Second, Expires: t0.Add(4 * time.Second)}, " (lease extended; waiters 1 -> 0)"},
-		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 8 * time.Second, Expires: t0.Add(4 * time.Second), Waiters: 1}, " (lease extended)"},
-		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 4 * time.Second, Expires: t0, Waiters: 2}, " (waiters 1 -> 2)"},
-		{redislock.Status{Key: "k", Held: true, Owner: "b", TTL: 9 * time.Second, Expires: t0.Add(5 * time.Second)}, " (was a; waiters 1 -> 0)"},
-		{redislock.Status{Key: "k"}, " (released, broken or expired; waiters 1 -> 0)"},
-		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: -1, Waiters: 1}, " (expiry removed)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 8 * time.Second, Expires: t0.Add(4 * time.Second), Fence: 7}, " (lease extended; waiters 1 -> 0)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 8 * time.Second, Expires: t0.Add(4 * time.Second), Fence: 7, Waiters: 1}, " (lease extended)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 4 * time.Second, Expires: t0, Fence: 7, Waiters: 2}, " (waiters 1 -> 2)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "b", TTL: 9 * time.Second, Expires: t0.Add(5 * time.Second), Fence: 8}, " (was a; fencing counter 7 -> 8; waiters 1 -> 0)"},
+		{redislock.Status{Key: "k", Fence: 7}, " (released, broken or expired; waiters 1 -> 0)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: -1, Fence: 7, Waiters: 1}, " (expiry removed)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: time.Second, Expires: t0.Add(-4 * time.Second), Fence: 7, Waiters: 1}, " (lease shortened)"},
+		{redislock.Status{Key: "k", Held: true, Owner: "a", TTL: 5 * time.Second, Expires: t0, Fence: 9, Waiters: 1}, " (fencing counter 7 -> 9)"},
 	} {
 		if got := change(false, was, tc.now); got != tc.want {
 			t.Errorf("change to %+v = %q, want %q", tc.now, got, tc.want)

@@ -33,9 +33,10 @@ func TestMain(m *testing.M) {
 
 // service is the billing service running in-process on a real redis-server.
 type service struct {
-	url string
-	svc *svc.ServiceContext
-	rdb *redis.Client
+	url   string
+	svc   *svc.ServiceContext
+	rdb   *redis.Client
+	redis string // its Redis address
 }
 
 // startService starts the service of the embedded config, changed by
@@ -94,7 +95,9 @@ func startService(t *testing.T, configure func(*config.Config), setup func(*svc.
 			t.Fatalf("the server does not listen on %s: %v", addr, err)
 		}
 	}
-	return &service{url: "http://" + addr, svc: sc, rdb: srv.Client(t)}
+	rdb := redis.NewClient(&redis.Options{Addr: c.Redis.Host})
+	t.Cleanup(func() { rdb.Close() })
+	return &service{url: "http://" + addr, svc: sc, rdb: rdb, redis: c.Redis.Host}
 }
 
 // reply is one response of the service.
@@ -392,4 +395,52 @@ func evalCalls(t *testing.T, rdb *redis.Client) int {
 		}
 	}
 	return 0
+}
+
+// TestTwoReplicasLockLostMidCharge: two replicas on one Redis; the lock of
+// a charge under way on the first is lost (deleted here; a pause past the
+// lease does the same), and the second charges the same invoice meanwhile
+// (black-box round 11: with a gateway record per process, both charged).
+// The gateway's key, on the provider's side, lets one charge through.
+func TestTwoReplicasLockLostMidCharge(t *testing.T) {
+	slow := startService(t, func(c *config.Config) { c.LockExpiry = 30 * time.Second }, func(sc *svc.ServiceContext) {
+		sc.Gateway.Delay = time.Second
+	})
+	fast := startService(t, func(c *config.Config) {
+		c.LockExpiry = 30 * time.Second
+		c.Redis.Host = slow.redis
+	}, nil)
+	ctx := context.Background()
+	client := &http.Client{Timeout: 20 * time.Second}
+	first := make(chan reply, 1)
+	go func() {
+		r, err := slow.charge(client, "5")
+		if err != nil {
+			t.Error(err)
+		}
+		first <- r
+	}()
+	for deadline := time.Now().Add(10 * time.Second); slow.rdb.Exists(ctx, "invoice:5").Val() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock was never taken")
+		}
+	}
+	slow.rdb.Del(ctx, "invoice:5") // lost; the first replica learns at its release
+	second, err := fast.charge(client, "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := []reply{<-first, second}
+	charged := 0
+	for _, r := range replies {
+		if r.status != http.StatusOK {
+			t.Errorf("HTTP %d %s", r.status, r.raw)
+		}
+		if r.body.Charged {
+			charged++
+		}
+	}
+	if charged != 1 || slow.svc.Gateway.Attempts("5") != 2 {
+		t.Errorf("%d replies say charged, %d charges reached the gateway; want 1 of 2: %+v", charged, slow.svc.Gateway.Attempts("5"), replies)
+	}
 }

@@ -33,7 +33,7 @@ func NewServiceContext(c config.Config) *ServiceContext {
 		// prefix, the keys are those go-zero's redis.NewRedisLock(store, key)
 		// takes, so replicas not yet switched exclude these ones.
 		Locker:  redislock.NewLocker(store, redislock.WithExpiry(c.LockExpiry)),
-		Gateway: NewGateway(100 * time.Millisecond),
+		Gateway: NewGateway(store, 100*time.Millisecond),
 	}
 }
 
