@@ -3,6 +3,7 @@ package redislock
 import (
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // relatedName returns the name of something that belongs with key (its
@@ -61,11 +62,18 @@ func clusterSlot(key string) uint16 {
 	return crc & 16383
 }
 
+// slotTags caches slotTag's answers by slot.
+var slotTags sync.Map
+
 // slotTag returns the smallest number in base 36 whose slot is slot: about
-// 16,000 hashes of 1 to 4 bytes on average, for keys with a stray '}'.
+// 16,000 hashes of 1 to 4 bytes the first time, for keys with a stray '}'.
 func slotTag(slot uint16) string {
+	if tag, ok := slotTags.Load(slot); ok {
+		return tag.(string)
+	}
 	for n := int64(0); ; n++ {
 		if tag := strconv.FormatInt(n, 36); clusterSlot(tag) == slot {
+			slotTags.Store(slot, tag)
 			return tag
 		}
 	}

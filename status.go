@@ -160,8 +160,11 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if errors.Is(err, ErrCorruptFencingCounter) {
 		err = nil // the lock can be broken all the same; its Fence reads 0
 	}
-	if err != nil || !st.Held {
-		return st, opErrOrNil("break", rl.key, err)
+	if err != nil {
+		return Status{}, opErr("break", rl.key, err)
+	}
+	if !st.Held {
+		return st, nil // nothing to break
 	}
 	keys := []string{rl.key, relatedName(rl.key, "broken")}
 	reply, err := rl.run(ctx, breakScript, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
@@ -251,14 +254,6 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 		case <-released:
 		}
 	}
-}
-
-// opErrOrNil is opErr(op, key, err), or nil for a nil err.
-func opErrOrNil(op, key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return opErr(op, key, err)
 }
 
 // changed reports whether now differs from was in what Watch reports.

@@ -54,11 +54,7 @@ func describe(st redislock.Status) string {
 	if !st.Held {
 		fmt.Fprintf(&b, "%s: free", text(st.Key))
 	} else {
-		left := "no expiry"
-		if st.TTL >= 0 {
-			left = st.TTL.String() + " left"
-		}
-		fmt.Fprintf(&b, "%s: held by %s, %s", text(st.Key), text(st.Owner), left)
+		fmt.Fprintf(&b, "%s: held by %s, %s", text(st.Key), text(st.Owner), left(st, ""))
 	}
 	if st.Fence > 0 {
 		fmt.Fprintf(&b, "; fencing counter %d", st.Fence)
@@ -207,12 +203,8 @@ func breakCmd(args []string, stdout, stderr io.Writer) int {
 	case !st.Held:
 		fmt.Fprintf(stdout, "%s: free; nothing to break\n", text(st.Key))
 	default:
-		left := "no expiry"
-		if st.TTL >= 0 {
-			left = st.TTL.String() + " of its lease left"
-		}
 		fmt.Fprintf(stdout, "%s: broken; it was held by %s (%s). Its holder learns of the loss at its next renewal; waiters were woken.\n",
-			text(st.Key), text(st.Owner), left)
+			text(st.Key), text(st.Owner), left(st, " of its lease"))
 	}
 	return code
 }
@@ -294,6 +286,15 @@ func change(first bool, was, now redislock.Status) string {
 		return ""
 	}
 	return " (" + strings.Join(notes, "; ") + ")"
+}
+
+// left is the lease st's holder has left, as text: "3.2s left", with of
+// between the duration and "left", or "no expiry".
+func left(st redislock.Status, of string) string {
+	if st.TTL < 0 {
+		return "no expiry"
+	}
+	return st.TTL.String() + of + " left"
 }
 
 // text is s as the text output shows a key or an owner id: as it is, or
