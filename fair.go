@@ -53,9 +53,9 @@ func (rl *RedisLock) fair() bool { return rl.queue != "" }
 // fenced reports whether rl mints fencing tokens.
 func (rl *RedisLock) fenced() bool { return len(rl.acquireKeys) > 2 }
 
-// fairKeys returns the keys of fair_acquire.lua for the waiter id.
-func (rl *RedisLock) fairKeys(id string) []string {
-	keys := []string{rl.key, rl.acquireKeys[1], rl.queue, rl.waiterKeys + id}
+// fairKeys returns the keys of fair_acquire.lua.
+func (rl *RedisLock) fairKeys() []string {
+	keys := []string{rl.key, rl.acquireKeys[1], rl.queue, rl.waiters}
 	if rl.fenced() {
 		keys = append(keys, rl.acquireKeys[2])
 	}
@@ -67,7 +67,7 @@ func (rl *RedisLock) fairKeys(id string) []string {
 // taken; else -1, how long to wait before the next attempt, and the
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
-	reply, err := rl.run(ctx, fairAcquireScript, rl.fairKeys(id), id, lease.Milliseconds(), window.Milliseconds(), rl.waiterKeys)
+	reply, err := rl.run(ctx, fairAcquireScript, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -320,7 +320,7 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 // refresh keeps h live in its queue (fair_refresh.lua): 2 when the lock was
 // handed to it, 1 when it waits, 0 when it is out of the queue.
 func (rl *RedisLock) refresh(ctx context.Context, h *hold, seq int64) (int64, error) {
-	return rl.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiterKeys + h.id},
+	return rl.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiters},
 		h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease))
 }
 

@@ -4,21 +4,22 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
 -- KEYS[3]  its queue: a sorted set of waiter ids by arrival (server-side)
--- KEYS[4]  this waiter's liveness key: ARGV[4] .. ARGV[1]
+-- KEYS[4]  its waiters: a hash of waiter id -> "<until> <lease>[f]"
 -- KEYS[5]  optional: its fencing counter (as in acquire.lua)
 -- ARGV[1]  the waiter's owner id (random, fresh for every wait)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  the liveness window in ms: how long the waiter stays in the
 --          queue without a refresh (fair_refresh.lua); "0" to make one
 --          attempt without joining the queue
--- ARGV[4]  the prefix of the waiters' liveness keys
 --
--- A waiter is live while its liveness key exists; the key holds the lease
--- the waiter wants, followed by "f" when it is fenced (KEYS[5] given): the
+-- A waiter is live until <until>, in ms of the server's clock; <lease> is
+-- the lease it wants, and "f" says it is fenced (KEYS[5] given): the
 -- release that hands it the lock gives it that lease and, for "f", mints
--- its fencing token (fair_release.lua). The queue's scores are a server-side sequence: the
--- server clock in microseconds when a waiter joins an empty queue, the last
--- score plus one after that.
+-- its fencing token (fair_release.lua). The queue's scores are a
+-- server-side sequence: the server clock in microseconds when a waiter
+-- joins an empty queue, the last score plus one after that. The queue and
+-- the waiters live at least two windows of the latest waiter to join or
+-- refresh.
 --
 -- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
 --        ARGV[2] ms, and the waiter is out of the queue): status "OK", or
@@ -34,6 +35,8 @@
 if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
     return 0
 end
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local function token()
     if not KEYS[5] then
@@ -47,18 +50,20 @@ local function token()
         end
         last = tonumber(last)
     end
-    local now = redis.call("TIME")
-    local t = math.max((last or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+    local t = math.max((last or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
     redis.call("SET", KEYS[5], string.format("%.0f", t))
     return t
+end
+
+local function leave()
+    redis.call("ZREM", KEYS[3], ARGV[1])
+    redis.call("HDEL", KEYS[4], ARGV[1])
 end
 
 local owner = redis.pcall("GET", KEYS[1])
 if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
     redis.call("PEXPIRE", KEYS[1], ARGV[2])
-    if redis.call("ZREM", KEYS[3], ARGV[1]) == 1 then
-        redis.call("DEL", KEYS[4])
-    end
+    leave()
     if KEYS[5] then
         return {"OK", tonumber(redis.call("GET", KEYS[5]))}
     end
@@ -74,12 +79,13 @@ if owner == false then
         if not head or head == ARGV[1] then
             break
         end
-        local left = redis.call("PTTL", ARGV[4] .. head)
-        if left ~= -2 then
-            wait = left
+        local live = tonumber(string.match(redis.call("HGET", KEYS[4], head) or "", "^(%d+) "))
+        if live and live > now then
+            wait = live - now
             break
         end
         redis.call("ZREM", KEYS[3], head)
+        redis.call("HDEL", KEYS[4], head)
     end
     if not wait then
         local head = redis.call("ZRANGE", KEYS[3], 0, 0)[1]
@@ -92,8 +98,7 @@ if owner == false then
             end
             redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
             if head then
-                redis.call("ZREM", KEYS[3], ARGV[1])
-                redis.call("DEL", KEYS[4])
+                leave()
             end
             if t then
                 return {"OK", t}
@@ -113,20 +118,20 @@ local seq
 if last then
     seq = tonumber(last) + 1
 else
-    local now = redis.call("TIME")
-    seq = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    seq = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 if redis.call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
     seq = tonumber(redis.call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
-elseif not last then
-    -- A new queue lives two windows; each refresh pushes that on (see
-    -- fair_refresh.lua), so it expires two windows after its last live
-    -- waiter stopped refreshing.
-    redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[3]))
 end
 local wants = ARGV[2]
 if KEYS[5] then
     wants = wants .. "f" -- a handoff mints this waiter a fencing token
 end
-redis.call("SET", KEYS[4], wants, "PX", ARGV[3])
+local window = tonumber(ARGV[3])
+redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
+for i = 3, 4 do
+    if redis.call("PTTL", KEYS[i]) < 2 * window then
+        redis.call("PEXPIRE", KEYS[i], 2 * window)
+    end
+end
 return {wait, seq}

@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  its queue of waiters (see fair_acquire.lua)
--- KEYS[3]  this waiter's liveness key
+-- KEYS[3]  its waiters' hash (see fair_acquire.lua)
 -- ARGV[1]  the waiter's owner id
 -- ARGV[2]  the liveness window in milliseconds
 -- ARGV[3]  the waiter's score in the queue
@@ -22,6 +22,13 @@ local seq = redis.call("ZSCORE", KEYS[2], ARGV[1])
 if not seq or tonumber(seq) ~= tonumber(ARGV[3]) then
     return 0
 end
-redis.call("SET", KEYS[3], ARGV[4], "PX", ARGV[2])
-redis.call("PEXPIRE", KEYS[2], 2 * tonumber(ARGV[2]), "GT")
+local time = redis.call("TIME")
+local window = tonumber(ARGV[2])
+local live = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + window
+redis.call("HSET", KEYS[3], ARGV[1], string.format("%.0f", live) .. " " .. ARGV[4])
+for i = 2, 3 do
+    if redis.call("PTTL", KEYS[i]) < 2 * window then
+        redis.call("PEXPIRE", KEYS[i], 2 * window)
+    end
+end
 return 1

@@ -540,3 +540,53 @@ func TestFairFencedWaiterGetsATokenFromAnyHolder(t *testing.T) {
 	}
 	mustRelease(t, waiter)
 }
+
+// TestFairLongLeaseWaiterKeepsItsPlace: a waiter with a long lease queued
+// behind one with a short lease keeps its place after the short one gives
+// up: the queue lives two windows of its latest waiter, not of its first.
+// (Issue 17, defect 1: the queue expired with the first waiter's window,
+// Inspect showed 0 waiters, and a later arrival took the lock first.)
+func TestFairLongLeaseWaiterKeepsItsPlace(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	key := "fair:long-lease"
+	lock := func(lease time.Duration) *RedisLock {
+		return NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(lease))
+	}
+	holder := lock(6 * time.Second)
+	mustAcquire(t, holder)
+	shortCtx, giveUp := context.WithCancel(context.Background())
+	shortGot := make(chan error, 1)
+	go func() { shortGot <- lock(100 * time.Millisecond).AcquireWait(shortCtx) }()
+	waitQueued(t, admin, key, 1)
+	long := lock(3 * time.Second)
+	longGot := make(chan error, 1)
+	go func() { longGot <- long.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 2)
+	giveUp()
+	if err := <-shortGot; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("short waiter: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // past two windows of the short waiter, before the long one's first refresh
+	if st, err := holder.Inspect(context.Background()); err != nil || st.Waiters != 1 {
+		t.Fatalf("Inspect = %+v, %v; want the long waiter live", st, err)
+	}
+	late := lock(3 * time.Second)
+	lateGot := make(chan error, 1)
+	go func() { lateGot <- late.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 2)
+	mustRelease(t, holder)
+	if err := <-longGot; err != nil {
+		t.Fatalf("long waiter: %v", err)
+	}
+	select {
+	case err := <-lateGot:
+		t.Fatalf("the later arrival got the lock (%v) while the long waiter held it", err)
+	default:
+	}
+	mustRelease(t, long)
+	if err := <-lateGot; err != nil {
+		t.Fatalf("late waiter: %v", err)
+	}
+	mustRelease(t, late)
+}

@@ -420,7 +420,7 @@ func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
 		// A renewal sent before the hold ended is still in the
 		// network: delete the key if it still holds our id, so that
 		// the renewal finds nothing to extend once we return.
-		if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+		if _, err := rl.release(ctx, h.id, 0); err != nil {
 			logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
 		}
 	}
@@ -429,7 +429,7 @@ func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
 // releaseLast deletes the key of h, whose last acquisition ReleaseCtx gave
 // back (the hold has ended). The caller holds rl.op.
 func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
-	deleted, err := rl.release(ctx, h.id, h.lease, 0)
+	deleted, err := rl.release(ctx, h.id, 0)
 	switch {
 	case err != nil:
 		rl.leftToExpire(h)

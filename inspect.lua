@@ -3,7 +3,7 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its fencing counter
 -- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
--- ARGV[1]  the prefix of its waiters' liveness keys
+-- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 --
 -- Reply: {type, owner, pttl, counter, waiters, expires}:
 --        type     the type of KEYS[1]: "none" when the lock is free,
@@ -13,7 +13,7 @@
 --        pttl     the PTTL of KEYS[1] in ms (-2 missing, -1 no expiry);
 --        counter  "=" followed by the value of KEYS[2]; "" when missing;
 --                 "(type)" when it is not a string;
---        waiters  how many ids in KEYS[3] have a live liveness key;
+--        waiters  how many ids in KEYS[3] are live in KEYS[4];
 --        expires  when KEYS[1] expires, in ms of the server's clock
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
@@ -29,10 +29,13 @@ if counterKind == "string" then
 elseif counterKind ~= "none" then
     counter = "(" .. counterKind .. ")"
 end
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local waiters = 0
-if redis.call("TYPE", KEYS[3]).ok == "zset" then
+if redis.call("TYPE", KEYS[3]).ok == "zset" and redis.call("TYPE", KEYS[4]).ok == "hash" then
     for _, id in ipairs(redis.call("ZRANGE", KEYS[3], 0, -1)) do
-        if redis.call("EXISTS", ARGV[1] .. id) == 1 then
+        local live = tonumber(string.match(redis.call("HGET", KEYS[4], id) or "", "^(%d+) "))
+        if live and live > now then
             waiters = waiters + 1
         end
     end
@@ -42,8 +45,7 @@ local expires = redis.pcall("PEXPIRETIME", KEYS[1])
 if type(expires) ~= "number" then -- Redis before 7.0
     expires = pttl
     if pttl >= 0 then
-        local now = redis.call("TIME")
-        expires = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + pttl
+        expires = now + pttl
     end
 end
 return {kind, owner, pttl, counter, waiters, expires}

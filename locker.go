@@ -26,8 +26,7 @@ type Locker struct {
 	closed     chan struct{}        // closed by Close
 	schedulers map[clock]*renewals  // keep its holds' deadlines, by time source
 	hubs       map[any]*hub         // its wake-up subscriptions, by Subscriber
-	busy       int                  // schedulers with holds, open hubs, and group commits sending
-	commits    commits              // group commit of its locks' script calls
+	busy       int                  // schedulers with holds, and open hubs
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
@@ -87,7 +86,7 @@ func (rl *RedisLock) knownOwner() *Locker {
 }
 
 // busier counts a scheduler that has holds now (+1) or no longer (-1), a
-// hub opened or closed, or its group commit sending or done. A shared
+// hub opened or closed. A shared
 // Locker is known while busy.
 func (l *Locker) busier(by int) {
 	l.mu.Lock()
@@ -188,8 +187,8 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 
 	// Every hold ends first, at once; then the keys are released, from a
-	// few goroutines at once, so that group commit sends them in pipelines
-	// and a stalled release holds up no other hold's end.
+	// few goroutines at once, so that a stalled release holds up no other
+	// hold's end.
 	for h, rl := range held {
 		rl.mu.Lock()
 		if !h.live() {
@@ -232,7 +231,7 @@ const closeWorkers = 32
 func (l *Locker) closeHold(ctx context.Context, h *hold, rl *RedisLock) error {
 	// A renewal under way is owner-checked: it cannot bring back or extend
 	// the key this deletes, so it is not waited for.
-	if _, err := rl.release(ctx, h.id, h.lease, 0); err != nil {
+	if _, err := rl.release(ctx, h.id, 0); err != nil {
 		return opErr("release", rl.key, err)
 	}
 	return nil

@@ -37,7 +37,7 @@ type RedisLock struct {
 	evaler      Evaler // store, when it has EvalCtx
 	key         string
 	acquireKeys []string // key, abandoned attempts[, fencing counter]
-	releaseKeys []string // key, release marker, abandoned attempts
+	releaseKeys []string // key, release marker[, queue, waiters, fencing counter]
 	err         error    // bad construction, reported by every call
 	expiry      atomic.Int64
 	maxHold     time.Duration
@@ -49,7 +49,7 @@ type RedisLock struct {
 	channel     string        // where releases are published
 	locker      *Locker       // nil for a lock of NewRedisLock
 	queue       string        // a fair lock's queue of waiters; "" for others
-	waiterKeys  string        // a fair lock's prefix of its waiters' liveness keys
+	waiters     string        // a fair lock's hash of its waiters' liveness
 	fairTurn    chan struct{} // a fair lock's: one fair wait at a time
 
 	// op is a token that serializes the calls that talk to Redis; a call
@@ -83,7 +83,7 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 		store:       store,
 		key:         key,
 		acquireKeys: acquireKeys,
-		releaseKeys: []string{key, relatedName(key, "last-release"), abandoned},
+		releaseKeys: []string{key, relatedName(key, "last-release")},
 		maxHold:     o.maxHold,
 		waitTimeout: o.waitTimeout,
 		watchdog:    o.watchdog,
@@ -95,9 +95,9 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	}
 	if o.fair {
 		rl.queue = relatedName(key, "queue")
-		rl.waiterKeys = relatedName(key, "waiter:")
+		rl.waiters = relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
-		rl.releaseKeys = append(rl.releaseKeys, rl.queue, relatedName(key, "fence"))
+		rl.releaseKeys = append(rl.releaseKeys, rl.queue, rl.waiters, relatedName(key, "fence"))
 		rl.fairTurn = make(chan struct{}, 1)
 	}
 	switch {

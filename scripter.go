@@ -81,12 +81,13 @@ var (
 // run runs script on keys and keeps redis.Nil from callers: none of our
 // scripts replies nil, so a nil reply is garbage.
 func (rl *RedisLock) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	reply, err := rl.runGrouped(ctx, script, keys, args, func() (any, error) {
-		if rl.evaler != nil {
-			return rl.evaler.EvalCtx(ctx, sources[script], keys, args...)
-		}
-		return rl.store.ScriptRunCtx(ctx, script, keys, args...)
-	})
+	var reply any
+	var err error
+	if rl.evaler != nil {
+		reply, err = rl.evaler.EvalCtx(ctx, sources[script], keys, args...)
+	} else {
+		reply, err = rl.store.ScriptRunCtx(ctx, script, keys, args...)
+	}
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
 		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, rl.acquireKeys[len(rl.acquireKeys)-1])
@@ -154,15 +155,20 @@ func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration)
 // when a release of id had already done so (this call is a client's retry
 // of one whose reply was lost). It reports false, nil when the key is gone
 // or taken and no release of id ran: a loss. The release is remembered for
-// a lease. With abandon > 0, id is an attempt given up: it is remembered
+// 10 s, the clients' retry window. With abandon > 0, id is an attempt given up: it is remembered
 // for that long, and a late run of it will not take the lock.
-func (rl *RedisLock) release(ctx context.Context, id string, lease, abandon time.Duration) (bool, error) {
+func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
+	script := releaseScript
+	if rl.fair() { // hands the lock to the next live waiter
+		script = fairReleaseScript
+	}
 	var n int64
 	var err error
-	if rl.fair() { // hands the lock to the next live waiter
-		n, err = rl.runInt(ctx, fairReleaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds(), rl.waiterKeys)
+	if abandon > 0 {
+		keys := append(rl.releaseKeys[:len(rl.releaseKeys):len(rl.releaseKeys)], rl.acquireKeys[1])
+		n, err = rl.runInt(ctx, script, keys, id, rl.channel, abandon.Milliseconds())
 	} else {
-		n, err = rl.runInt(ctx, releaseScript, rl.releaseKeys, id, rl.channel, lease.Milliseconds(), abandon.Milliseconds())
+		n, err = rl.runInt(ctx, script, rl.releaseKeys, id, rl.channel)
 	}
 	switch {
 	case err != nil:
@@ -180,7 +186,7 @@ func ambiguous(err error) bool {
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
-		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, errNotSent):
+		errors.Is(err, ErrCorruptFencingCounter):
 		return false // Redis refused it, or it was never sent
 	}
 	return true
@@ -219,7 +225,7 @@ func isNil(v any) bool {
 // releaseQuietly deletes the key if id still owns it, for a hold that is
 // over already, within selfReleaseTimeout, and logs a failure.
 func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, lease, 0)
+	rl.giveBackID(ctx, id, 0)
 }
 
 // abandonedFor is how long an attempt given up is remembered, so that a late
@@ -231,13 +237,13 @@ const abandonedFor = time.Minute
 // it took it, and a late run of it will not take the lock for at least
 // abandonedFor (or its lease, if longer).
 func (rl *RedisLock) abandon(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, lease, max(lease, abandonedFor))
+	rl.giveBackID(ctx, id, max(lease, abandonedFor))
 }
 
-func (rl *RedisLock) giveBackID(ctx context.Context, id string, lease, abandon time.Duration) {
+func (rl *RedisLock) giveBackID(ctx context.Context, id string, abandon time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
 	defer cancel()
-	if _, err := rl.release(ctx, id, lease, abandon); err != nil {
+	if _, err := rl.release(ctx, id, abandon); err != nil {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
 	}
 }

@@ -75,8 +75,8 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
-	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue")}
-	reply, err := rl.run(ctx, inspectScript, keys, relatedName(rl.key, "waiter:"))
+	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
+	reply, err := rl.run(ctx, inspectScript, keys)
 	if err != nil {
 		return Status{}, err
 	}

@@ -432,7 +432,7 @@ func b2i(b bool) int64 {
 // queueRefresh queues the refresh of h, a fair lock's waiter at place seq
 // in its queue, in p.
 func queueRefresh(ctx context.Context, p redis.Pipeliner, h *hold, seq int64, eval bool) *redis.Cmd {
-	keys := []string{h.rl.key, h.rl.queue, h.rl.waiterKeys + h.id}
+	keys := []string{h.rl.key, h.rl.queue, h.rl.waiters}
 	lease, wants := h.lease.Milliseconds(), h.rl.wants(h.lease)
 	if eval {
 		return p.Eval(ctx, fairRefreshSource, keys, h.id, lease, seq, wants)
