@@ -195,7 +195,7 @@ func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
 	if ok, err := rl.Acquire(); ok || err == nil {
 		t.Fatalf("Acquire = %v, %v; want the network error", ok, err)
 	}
-	givingBack.Wait() // the give-back runs after Acquire returned
+	waitGiveBacks(rl) // the give-back runs after Acquire returned
 	if mr.Exists("k") {
 		t.Fatal("the key stays held by the abandoned attempt's id")
 	}

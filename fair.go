@@ -268,7 +268,7 @@ func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bo
 		h.seq = seq
 		rl.waitingLocked(h, sent)
 		if first {
-			h.renewals = rl.owner().renewalsFor(rl.clock)
+			h.renewals = &rl.locker.renewals
 			h.renewals.schedule(h)
 		}
 	}

@@ -357,7 +357,7 @@ func TestFaultFairContextEndsAtHandoff(t *testing.T) {
 	}
 	t.Logf("the waiter kept the lock in %d of %d runs, passed it on in the others", tookIt, runs)
 	violations += all.unlinearizable(t)
-	givingBack.Wait()
+	waitGiveBacks()
 	waitKeysGone(t, admin, "fair:cancelled", 3*lease)
 	recordFault(t, faultRow{
 		Case: "13. fair: context ends at the handoff", Injection: "the waiter's context cancelled when the handoff is published",

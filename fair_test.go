@@ -320,7 +320,7 @@ func TestFairLockSemantics(t *testing.T) {
 				t.Fatalf("a wait of a closed Locker: %v", err)
 			}
 		}
-		givingBack.Wait()
+		waitGiveBacks()
 		if n := fairQueueLen(t, admin, key); n != 0 {
 			t.Fatalf("%d waiters left queued after Close", n)
 		}
@@ -389,7 +389,7 @@ func TestFairRacesOnOneLock(t *testing.T) {
 	}
 	wg.Wait()
 	releaseAll(a, b) // acquisitions of holds that ended meanwhile
-	givingBack.Wait()
+	waitGiveBacks()
 	if n := nilWithout.Load(); n > 0 {
 		t.Errorf("AcquireWait returned nil without the lock %d times", n)
 	}

@@ -175,7 +175,7 @@ func FuzzFaultyReplies(f *testing.F) {
 		}
 		for _, call := range calls {
 			err := call()
-			givingBack.Wait() // one call at a time through the plan
+			waitGiveBacks() // one call at a time through the plan
 			if errors.Is(err, redis.Nil) {
 				t.Fatalf("redis.Nil reached the caller: %v", err)
 			}

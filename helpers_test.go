@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 			f.Close()
 		}
 	}
-	givingBack.Wait() // give-backs of abandoned attempts end within their timeout
+	waitGiveBacks() // give-backs of abandoned attempts end within their timeout
 	if code == 0 {
 		if err := goleak.Find(goZeroInitGoroutines...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -42,6 +42,19 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// waitGiveBacks waits for the background work (give-backs of abandoned
+// attempts, self-releases) of every store's default Locker and of the
+// locks given. No test runs in parallel with another.
+func waitGiveBacks(rls ...*RedisLock) {
+	defaultLockers.Range(func(_, l any) bool {
+		l.(*Locker).wg.Wait()
+		return true
+	})
+	for _, rl := range rls {
+		rl.locker.wg.Wait()
+	}
 }
 
 // goZeroInitGoroutines are started by go-zero's package init functions and

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
@@ -89,10 +88,7 @@ func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, leas
 // lock's current hold, with one acquisition. It reports false, and begins
 // nothing, when the lock's Locker is closed.
 func (rl *RedisLock) beginHold(h *hold, token int64) bool {
-	l := rl.owner()
-	if h.renewals != nil { // queued: its Locker is known while it waits
-		l = h.renewals.locker
-	}
+	l := rl.locker
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if !l.track(rl, h) {
@@ -103,9 +99,7 @@ func (rl *RedisLock) beginHold(h *hold, token int64) bool {
 	h.nextRenew = h.started.Add(h.lease / 3)
 	rl.cur = h
 	metricHeld.Inc()
-	if h.renewals == nil {
-		h.renewals = l.renewalsFor(rl.clock)
-	}
+	h.renewals = &l.renewals
 	h.renewals.schedule(h)
 	if ctx := h.parent; ctx.Done() != nil {
 		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
@@ -148,9 +142,7 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 // run for it; the caller counts the end. The caller holds rl.mu.
 func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	h.state, h.err = ended, cause
-	if rl.locker != nil {
-		rl.locker.forget(h)
-	}
+	rl.locker.forget(h)
 	if h.unbind != nil {
 		h.unbind()
 	}
@@ -356,9 +348,9 @@ func (rl *RedisLock) lockOp(ctx context.Context) error {
 
 func (rl *RedisLock) unlockOp() { <-rl.op }
 
-// lockerClosed reports whether rl's Locker, if any, was closed.
+// lockerClosed reports whether rl's Locker was closed.
 func (rl *RedisLock) lockerClosed() bool {
-	return rl.locker != nil && rl.locker.isClosed()
+	return rl.locker.isClosed()
 }
 
 // acquireCtx is AcquireCtx, also returning the holder's remaining lease when
@@ -452,15 +444,8 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 	return err
 }
 
-// givingBack counts the give-backs of abandoned attempts under way.
-var givingBack sync.WaitGroup
-
 // abandonLater abandons id in the background: the attempt's caller returns
 // within its context, and the give-back takes a round trip of its own.
 func (rl *RedisLock) abandonLater(ctx context.Context, id string, lease time.Duration) {
-	givingBack.Add(1)
-	go func() {
-		defer givingBack.Done()
-		rl.abandon(ctx, id, lease)
-	}()
+	rl.locker.spawn(func() { rl.abandon(ctx, id, lease) })
 }

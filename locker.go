@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 )
 
@@ -13,115 +12,95 @@ import (
 var ErrLockerClosed = errors.New("redislock: locker closed")
 
 // A Locker makes the locks of one Redis client and owns what they share:
-// one set of defaults, a key namespace (WithPrefix), and their lifetime:
-// Close ends every hold still held. Make it with NewLocker; the zero value
-// is not usable. A Locker is safe for concurrent use.
+// one set of defaults, a key namespace (WithPrefix), the renewal scheduler,
+// the wake-up subscriptions, the clock, and their lifetime: Close ends every
+// hold still held and returns once nothing of its locks runs. Make it with
+// NewLocker; the zero value is not usable. A Locker is safe for concurrent
+// use. The locks of NewRedisLock share their store's default Locker, which
+// lives as long as the process and is never closed.
 type Locker struct {
-	store  Scripter
-	opts   []Option
-	shared any // its key in sharedLockers; nil for a Locker of NewLocker
+	store    Scripter
+	opts     []Option
+	clock    clock
+	renewals renewals     // its scheduler: renewals, lease deadlines, maximum holds
+	shared   bool         // a store's default Locker: never closed, tracks no holds
+	closed   chan struct{} // closed by Close
+	wg       sync.WaitGroup // its goroutines: give-backs, self-releases, hub readers, scheduler runs
 
-	mu         sync.Mutex
-	holds      map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
-	closed     chan struct{}        // closed by Close
-	schedulers map[clock]*renewals  // keep its holds' deadlines, by time source
-	hubs       map[any]*hub         // its wake-up subscriptions, by Subscriber
-	busy       int                  // schedulers with holds, and open hubs
+	mu     sync.Mutex
+	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
+	hubs   map[any]*hub         // its wake-up subscriptions, by Subscriber
+	joined bool                 // Close has waited for its goroutines: start no more
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
 func NewLocker(store Scripter, opts ...Option) *Locker {
-	return &Locker{
-		store:      store,
-		opts:       opts,
-		holds:      map[*hold]*RedisLock{},
-		closed:     make(chan struct{}),
-		schedulers: map[clock]*renewals{},
-		hubs:       map[any]*hub{},
-	}
-}
-
-// sharedLockers holds the Lockers of the locks of NewRedisLock, one per
-// store, while they hold or wait for anything: a store that no longer holds
-// or waits is forgotten, so that nothing runs, and nothing is kept, for it.
-var sharedLockers = struct {
-	sync.Mutex
-	m map[any]*Locker
-}{m: map[any]*Locker{}}
-
-// owner returns the Locker of rl: its own, or for a lock of NewRedisLock,
-// the one its store shares (a new one if the store has none now; it is
-// known to sharedLockers from the moment it holds or waits for anything).
-// A store that cannot be compared gets a Locker per lock.
-func (rl *RedisLock) owner() *Locker {
-	if rl.locker != nil {
-		return rl.locker
-	}
-	key := any(rl)
-	if reflect.ValueOf(rl.store).Comparable() {
-		key = rl.store
-	}
-	sharedLockers.Lock()
-	defer sharedLockers.Unlock()
-	if l := sharedLockers.m[key]; l != nil {
-		return l
-	}
-	return &Locker{store: rl.store, shared: key} // its maps are made on first use
-}
-
-// knownOwner returns the Locker of rl if it has one now; nil for a lock of
-// NewRedisLock whose store holds and waits for nothing.
-func (rl *RedisLock) knownOwner() *Locker {
-	if rl.locker != nil {
-		return rl.locker
-	}
-	sharedLockers.Lock()
-	defer sharedLockers.Unlock()
-	if reflect.ValueOf(rl.store).Comparable() {
-		if l := sharedLockers.m[rl.store]; l != nil {
-			return l
+	o := options{clock: realClock{}}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
 	}
-	return sharedLockers.m[rl]
+	return newLocker(store, o.clock, opts)
 }
 
-// busier counts a scheduler that has holds now (+1) or no longer (-1), a
-// hub opened or closed. A shared
-// Locker is known while busy.
-func (l *Locker) busier(by int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.busierLocked(by)
+func newLocker(store Scripter, c clock, opts []Option) *Locker {
+	l := &Locker{store: store, opts: opts, clock: c, closed: make(chan struct{}),
+		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
+	l.renewals.locker = l
+	return l
 }
 
-func (l *Locker) busierLocked(by int) {
-	l.busy += by
-	if l.shared == nil {
+// defaultLockers holds the default Locker of each store, by store.
+var defaultLockers sync.Map
+
+// defaultLocker returns store's default Locker on c: one per store for the
+// life of the process on the real clock, one per lock on another clock (a
+// test's) or for a store that cannot be a map key.
+func defaultLocker(store Scripter, c clock) (l *Locker) {
+	if _, real := c.(realClock); real && !isNil(store) {
+		defer func() {
+			if recover() != nil { // a store that cannot be a map key
+				l = newLocker(store, c, nil)
+				l.shared = true
+			}
+		}()
+		if v, ok := defaultLockers.Load(store); ok {
+			return v.(*Locker)
+		}
+		l = newLocker(store, c, nil)
+		l.shared = true
+		v, _ := defaultLockers.LoadOrStore(store, l)
+		return v.(*Locker)
+	}
+	l = newLocker(store, c, nil)
+	l.shared = true
+	return l
+}
+
+// spawn runs f in a goroutine that Close waits for; once Close has
+// waited, it runs f in the caller's.
+func (l *Locker) spawn(f func()) {
+	if !l.enter() {
+		f()
 		return
 	}
-	sharedLockers.Lock()
-	defer sharedLockers.Unlock()
-	switch cur := sharedLockers.m[l.shared]; {
-	case l.busy == 0 && cur == l:
-		delete(sharedLockers.m, l.shared)
-	case l.busy > 0 && cur == nil:
-		sharedLockers.m[l.shared] = l
-	}
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
 }
 
-// renewalsFor returns the scheduler of the Locker's holds on c.
-func (l *Locker) renewalsFor(c clock) *renewals {
+// enter counts one more goroutine that Close waits for, and reports false,
+// counting nothing, once Close has waited.
+func (l *Locker) enter() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.schedulers[c]
-	if s == nil {
-		if l.schedulers == nil {
-			l.schedulers = map[clock]*renewals{}
-		}
-		s = &renewals{clock: c, locker: l}
-		l.schedulers[c] = s
+	if l.joined {
+		return false
 	}
-	return s
+	l.wg.Add(1)
+	return true
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override
@@ -132,9 +111,7 @@ func (l *Locker) NewLock(key string, opts ...Option) *RedisLock {
 		return NewRedisLock(nil, key) // reports ErrNilStore
 	}
 	all := make([]Option, 0, len(l.opts)+len(opts))
-	rl := NewRedisLock(l.store, key, append(append(all, l.opts...), opts...)...)
-	rl.locker = l
-	return rl
+	return newRedisLock(l.store, key, l, append(append(all, l.opts...), opts...))
 }
 
 // lockerKey is the context key under which Do keeps the lock of a key.
@@ -165,9 +142,10 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // released. Then it releases their keys, within two seconds in all (with a
 // client that honours context deadlines, as go-redis does with
 // ContextTimeoutEnabled). Waits of its locks give up, and their later
-// acquisitions fail, with ErrLockerClosed. It returns the errors of the
-// releases that failed (those keys expire with their leases). Closing a
-// closed Locker does nothing.
+// acquisitions fail, with ErrLockerClosed. It returns once nothing of the
+// Locker runs any more (no renewal, give-back or subscription), with the
+// errors of the releases that failed (those keys expire with their
+// leases). Closing a closed Locker does nothing.
 func (l *Locker) Close() error {
 	if l == nil || l.closed == nil {
 		return ErrNilStore
@@ -221,6 +199,11 @@ func (l *Locker) Close() error {
 	}
 	close(work)
 	wg.Wait()
+	l.renewals.stop()
+	l.mu.Lock()
+	l.joined = true
+	l.mu.Unlock()
+	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
 	return errors.Join(errs...)
 }
 
@@ -249,7 +232,7 @@ func (l *Locker) isClosed() bool {
 
 // track records a live hold of rl; false when the Locker is closed.
 func (l *Locker) track(rl *RedisLock, h *hold) bool {
-	if l.shared != nil {
+	if l.shared {
 		return true // never closed
 	}
 	l.mu.Lock()
@@ -263,7 +246,7 @@ func (l *Locker) track(rl *RedisLock, h *hold) bool {
 
 // forget drops a hold that ended.
 func (l *Locker) forget(h *hold) {
-	if l.shared != nil {
+	if l.shared {
 		return
 	}
 	l.mu.Lock()

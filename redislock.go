@@ -47,7 +47,7 @@ type RedisLock struct {
 	retry       RetryStrategy
 	pubsub      Subscriber    // nil: no wake-ups
 	channel     string        // where releases are published
-	locker      *Locker       // nil for a lock of NewRedisLock
+	locker      *Locker       // its own, or its store's default Locker
 	queue       string        // a fair lock's queue of waiters; "" for others
 	waiters     string        // a fair lock's hash of its waiters' liveness
 	fairTurn    chan struct{} // a fair lock's: one fair wait at a time
@@ -63,6 +63,12 @@ type RedisLock struct {
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
 // arguments are not reported here but by the first call that needs them.
 func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
+	return newRedisLock(store, key, nil, opts)
+}
+
+// newRedisLock makes a lock of locker, or of its store's default Locker
+// when locker is nil.
+func newRedisLock(store Scripter, key string, locker *Locker, opts []Option) *RedisLock {
 	o := options{expiry: DefaultExpiry, watchdog: true, clock: realClock{}, retry: DefaultRetry}
 	for _, opt := range opts {
 		if opt != nil {
@@ -87,7 +93,6 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 		maxHold:     o.maxHold,
 		waitTimeout: o.waitTimeout,
 		watchdog:    o.watchdog,
-		clock:       o.clock,
 		retry:       o.retry,
 		pubsub:      o.pubsub,
 		channel:     relatedName(key, "released"),
@@ -113,6 +118,10 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 	if e, ok := store.(Evaler); ok && !isNil(store) {
 		rl.evaler = e
 	}
+	if locker == nil {
+		locker = defaultLocker(store, o.clock)
+	}
+	rl.locker, rl.clock = locker, locker.clock
 	rl.expiry.Store(int64(o.expiry))
 	return rl
 }

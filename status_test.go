@@ -407,7 +407,7 @@ func TestOperatorCallsRaceEveryCall(t *testing.T) {
 				t.Errorf("Watch = %v; want context.Canceled", err)
 			}
 			releaseAll(a, b) // acquisitions of holds that ended meanwhile
-			givingBack.Wait()
+			waitGiveBacks()
 			for _, p := range problems {
 				t.Error(p)
 			}

@@ -254,11 +254,7 @@ func (rl *RedisLock) leaseOfHold() time.Duration {
 	return rl.cur.lease
 }
 
-// lockerDone returns the channel closed by Close of rl's Locker; nil when
-// rl has none.
+// lockerDone returns the channel closed by Close of rl's Locker.
 func (rl *RedisLock) lockerDone() <-chan struct{} {
-	if rl.locker == nil {
-		return nil
-	}
 	return rl.locker.closed
 }

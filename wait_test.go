@@ -239,10 +239,7 @@ func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
 
 // queueLen returns how many AcquireWaits wait on rl's channel in its hub.
 func queueLen(rl *RedisLock) int {
-	l := rl.knownOwner()
-	if l == nil {
-		return 0
-	}
+	l := rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, h := range l.hubs {
@@ -264,16 +261,15 @@ func queueLen(rl *RedisLock) int {
 // open.
 func requireNoHubs(t testing.TB) {
 	t.Helper()
-	sharedLockers.Lock()
-	defer sharedLockers.Unlock()
-	for _, l := range sharedLockers.m {
-		l.mu.Lock()
-		n := len(l.hubs)
-		l.mu.Unlock()
+	defaultLockers.Range(func(_, l any) bool {
+		l.(*Locker).mu.Lock()
+		n := len(l.(*Locker).hubs)
+		l.(*Locker).mu.Unlock()
 		if n != 0 {
 			t.Fatalf("%d subscriptions left open", n)
 		}
-	}
+		return true
+	})
 }
 
 func mustGet(mr interface{ Get(string) (string, error) }, key string) string {

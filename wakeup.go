@@ -118,10 +118,7 @@ func (rl *RedisLock) ofWaiters(what func(c *keyWaiters) bool) bool {
 	if rl.pubsub == nil {
 		return false
 	}
-	l := rl.knownOwner()
-	if l == nil {
-		return false
-	}
+	l := rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hubs[rl.hubKey()]
@@ -194,19 +191,18 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 // when the Subscriber gives no PubSub.
 func (rl *RedisLock) useHub() *hub {
 	key := rl.hubKey()
-	l := rl.owner()
+	l := rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hubs[key]
 	if h == nil {
+		if l.joined { // closed: no more goroutines
+			return nil
+		}
 		if h = openHub(l, key, rl.pubsub); h == nil {
 			return nil
 		}
-		if l.hubs == nil {
-			l.hubs = map[any]*hub{}
-		}
 		l.hubs[key] = h
-		l.busierLocked(1)
 	}
 	h.users++
 	return h
@@ -230,7 +226,11 @@ func openHub(l *Locker, key any, s Subscriber) *hub {
 		chans:   map[string]*keyWaiters{},
 		pending: map[string]int{},
 	}
-	go h.read()
+	l.wg.Add(1) // the caller holds l.mu: Close has not waited yet
+	go func() {
+		defer l.wg.Done()
+		h.read()
+	}()
 	return h
 }
 
@@ -450,7 +450,6 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	last := h.users == 0
 	if last {
 		delete(l.hubs, h.key)
-		l.busierLocked(-1)
 	}
 	l.mu.Unlock()
 	if last {

@@ -34,7 +34,6 @@ const maxBatch = 1000
 // renewals is a renewal scheduler: every live hold of its Locker on its
 // clock, by its next deadline.
 type renewals struct {
-	clock  clock
 	locker *Locker
 
 	mu      sync.Mutex
@@ -92,15 +91,11 @@ func (s *renewals) schedule(h *hold) {
 	due := h.nextDeadline()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wasIdle := s.idleLocked()
 	h.due = due
 	if h.index >= 0 && h.index < len(s.queue) && s.queue[h.index] == h {
 		heap.Fix(&s.queue, h.index)
 	} else {
 		heap.Push(&s.queue, h)
-	}
-	if wasIdle {
-		s.locker.busier(1)
 	}
 	if first := s.queue[0].due; s.armedAt.IsZero() || first.Before(s.armedAt) {
 		s.armLocked(first)
@@ -119,9 +114,8 @@ func (s *renewals) remove(h *hold) {
 
 func (s *renewals) idleLocked() bool { return len(s.queue) == 0 && s.runs == 0 }
 
-// idledLocked stops the timer of a scheduler with nothing left to do and
-// tells its Locker. The caller holds s.mu and has just removed a hold or
-// ended a run.
+// idledLocked stops the timer of a scheduler with nothing left to do. The
+// caller holds s.mu and has just removed a hold or ended a run.
 func (s *renewals) idledLocked() {
 	if !s.idleLocked() {
 		return
@@ -130,14 +124,23 @@ func (s *renewals) idledLocked() {
 		s.wake.Stop()
 	}
 	s.armedAt = time.Time{}
-	s.locker.busier(-1)
+}
+
+// stop stops the timer for good: Close ended every hold.
+func (s *renewals) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wake != nil {
+		s.wake.Stop()
+	}
+	s.armedAt = time.Time{}
 }
 
 func (s *renewals) armLocked(at time.Time) {
 	s.armedAt = at
-	d := at.Sub(s.clock.Now())
+	d := at.Sub(s.locker.clock.Now())
 	if s.wake == nil {
-		s.wake = s.clock.WatchFunc(d, s.run)
+		s.wake = s.locker.clock.WatchFunc(d, s.run)
 	} else {
 		s.wake.Reset(d)
 	}
@@ -148,9 +151,13 @@ func (s *renewals) armLocked(at time.Time) {
 // within a thirtieth of their lease, so that holds taken at different
 // times share batches).
 func (s *renewals) run() {
+	if !s.locker.enter() {
+		return // closed
+	}
+	defer s.locker.wg.Done()
 	s.mu.Lock()
 	s.armedAt = time.Time{}
-	now := s.clock.Now()
+	now := s.locker.clock.Now()
 	var due []*hold
 	for len(s.queue) > 0 && !s.queue[0].due.After(now.Add(s.queue[0].lease/30)) {
 		due = append(due, heap.Pop(&s.queue).(*hold))
@@ -305,11 +312,11 @@ func renewBatch(batch []*hold, sent time.Time) {
 	if len(undo) > 0 {
 		// Round trips of their own, never on the scheduler's path: the
 		// other holds' renewals must not wait for them.
-		go func() {
+		batch[0].rl.locker.spawn(func() {
 			for _, h := range undo {
 				h.rl.releaseQuietly(h.parent, h.id, h.lease)
 			}
-		}()
+		})
 	}
 	for result, n := range map[string]float64{"ok": renewed, "lost": lost, "failed": failed} {
 		if n > 0 {
@@ -582,10 +589,10 @@ func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 	releasing := make(chan struct{})
 	h.selfRelease = releasing
 	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
-	go func() { // a round trip of its own, never on the scheduler's path
+	rl.locker.spawn(func() { // a round trip of its own, never on the scheduler's path
 		defer close(releasing)
 		rl.releaseQuietly(h.parent, h.id, h.lease)
-	}()
+	})
 }
 
 // retryBackoff is the wait before renewal attempt n+1 after n failures in a

@@ -49,15 +49,21 @@ func isRenewal(cmds []redis.Cmder) bool {
 	return false
 }
 
-// requireNoSchedulers checks that no Locker of NewRedisLock's locks is
-// left: nothing renews when nothing is held, and an unused store is
-// forgotten.
+// requireNoSchedulers checks that no default Locker of NewRedisLock's
+// locks has anything scheduled, a run under way, or its timer armed:
+// nothing renews when nothing is held.
 func requireNoSchedulers(t *testing.T) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "shared Lockers forgotten", func() bool {
-		sharedLockers.Lock()
-		defer sharedLockers.Unlock()
-		return len(sharedLockers.m) == 0
+	waitFor(t, 10*time.Second, "default Lockers idle", func() bool {
+		idle := true
+		defaultLockers.Range(func(_, l any) bool {
+			s := &l.(*Locker).renewals
+			s.mu.Lock()
+			idle = idle && len(s.queue) == 0 && s.runs == 0 && s.armedAt.IsZero()
+			s.mu.Unlock()
+			return idle
+		})
+		return idle
 	})
 }
 
