@@ -22,9 +22,9 @@ type Locker struct {
 	store    Scripter
 	opts     []Option
 	clock    clock
-	renewals renewals     // its scheduler: renewals, lease deadlines, maximum holds
-	shared   bool         // a store's default Locker: never closed, tracks no holds
-	closed   chan struct{} // closed by Close
+	renewals renewals       // its scheduler: renewals, lease deadlines, maximum holds
+	shared   bool           // a store's default Locker: never closed, tracks no holds
+	closed   chan struct{}  // closed by Close
 	wg       sync.WaitGroup // its goroutines: give-backs, self-releases, hub readers, scheduler runs
 
 	mu     sync.Mutex
