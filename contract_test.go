@@ -203,7 +203,7 @@ func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
 	// The late run of an attempt given up: another owner takes and releases
 	// the lock in between (its release marker overwrites the last one), and
 	// then the attempt's call arrives. (Found by the black-box review.)
-	rl.abandon(context.Background(), "late-attempt", 10*time.Second)
+	rl.letGo(context.Background(), "late-attempt", 10*time.Second, abandonedFor, true)
 	other := NewRedisLock(FromGoRedis(c), "k")
 	mustAcquire(t, other)
 	mustRelease(t, other)

@@ -313,7 +313,7 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 	}
 	rl.mu.Unlock()
 	if queued {
-		rl.abandon(ctx, h.id, h.lease)
+		rl.letGo(ctx, h.id, h.lease, max(h.lease, abandonedFor), true)
 	}
 }
 

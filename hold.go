@@ -278,18 +278,18 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 			// The script may have run, its reply lost: the key may hold
 			// this attempt's id, which nobody else has; or it may run
 			// later. Give the id back, for good.
-			rl.abandonLater(ctx, id, lease)
+			rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		}
 		return false, 0, opErr("acquire", rl.key, err)
 	case token < 0:
 		return false, pttl, nil // held by another owner
 	case ctx.Err() != nil:
 		// The caller gave up while the lock was being taken: give it back.
-		rl.abandonLater(ctx, id, lease)
+		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
 	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
-		rl.releaseQuietly(ctx, id, lease)
+		rl.letGo(ctx, id, lease, 0, true)
 		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
 	}
 	return true, 0, nil
@@ -315,7 +315,7 @@ func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 		// wait for). The key we just extended is no longer ours to keep.
 		err := h.err
 		rl.mu.Unlock()
-		rl.releaseQuietly(ctx, h.id, h.lease)
+		rl.letGo(ctx, h.id, h.lease, 0, true)
 		if err != nil {
 			return false, err
 		}
@@ -442,10 +442,4 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 	// A renewal in the network is not waited for: it is owner-checked, and
 	// cannot bring back or extend the deleted key.
 	return err
-}
-
-// abandonLater abandons id in the background: the attempt's caller returns
-// within its context, and the give-back takes a round trip of its own.
-func (rl *RedisLock) abandonLater(ctx context.Context, id string, lease time.Duration) {
-	rl.locker.spawn(func() { rl.abandon(ctx, id, lease) })
 }

@@ -230,3 +230,42 @@ func TestRealGoZeroInterop(t *testing.T) {
 		}
 	}
 }
+
+// TestRealStalledAcquisitionLeavesNoOrphan: an acquisition that times out on
+// a stalled server, whose give-back times out too, leaves no orphan: the
+// give-back is tried again, with backoff, until it is answered. (Issue 17,
+// defect 3: it was tried once, and the key held the abandoned attempt's id
+// for the rest of its lease.)
+func TestRealStalledAcquisitionLeavesNoOrphan(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	rl := NewRedisLock(FromGoRedis(c), "stalled", WithExpiry(5*time.Second))
+	mustAcquire(t, rl) // the scripts are loaded
+	mustRelease(t, rl)
+	for try := 1; ; try++ {
+		slept := make(chan error, 1)
+		go func() { slept <- admin.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
+		time.Sleep(50 * time.Millisecond) // DEBUG SLEEP is under way
+		ok, err := rl.AcquireCtx(ctx)
+		if serr := <-slept; serr != nil {
+			t.Fatalf("DEBUG SLEEP: %v", serr)
+		}
+		if ok || err == nil {
+			mustRelease(t, rl)
+			if try == 3 {
+				t.Fatal("the acquisition was answered in 3 tries: the server did not stall")
+			}
+			continue
+		}
+		break
+	}
+	waitGiveBacks(rl)
+	if v, err := admin.Get(ctx, "stalled").Result(); err != redis.Nil {
+		t.Fatalf("the key holds %q (%v) after the give-back", v, err)
+	}
+	mustAcquire(t, rl)
+	mustRelease(t, rl)
+}

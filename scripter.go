@@ -186,7 +186,7 @@ func ambiguous(err error) bool {
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
-		errors.Is(err, ErrCorruptFencingCounter):
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, redis.ErrClosed):
 		return false // Redis refused it, or it was never sent
 	}
 	return true
@@ -222,28 +222,52 @@ func isNil(v any) bool {
 	return false
 }
 
-// releaseQuietly deletes the key if id still owns it, for a hold that is
-// over already, within selfReleaseTimeout, and logs a failure.
-func (rl *RedisLock) releaseQuietly(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, 0)
-}
-
 // abandonedFor is how long an attempt given up is remembered, so that a late
 // run of it cannot take the lock: a lease, and at least this long.
 const abandonedFor = time.Minute
 
-// abandon gives back the id of an acquisition attempt that failed or was
-// given up while it may have run, or may still run: its key is released if
-// it took it, and a late run of it will not take the lock for at least
-// abandonedFor (or its lease, if longer).
-func (rl *RedisLock) abandon(ctx context.Context, id string, lease time.Duration) {
-	rl.giveBackID(ctx, id, max(lease, abandonedFor))
+// letGo deletes the key if id owns it: the id of a hold that is over, or
+// with abandon > 0 of an attempt given up, which is then remembered for
+// that long so that a late run of it takes nothing. The first try is made
+// at once when now is set, else in the background; a try that gets no
+// answer (the server stalled, the network failed) is made again in the
+// background, with backoff, until one is answered or id's lease would be
+// over. Each try is bounded by selfReleaseTimeout, whatever ctx does.
+func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.Duration, now bool) {
+	ctx = context.WithoutCancel(ctx)
+	if now && !rl.tryLetGo(ctx, id, abandon) {
+		return
+	}
+	end := time.Now().Add(lease)
+	rl.locker.spawn(func() {
+		var wait time.Duration
+		for n := 1; ; n++ {
+			if now || n > 1 {
+				wait = retryBackoff(lease/3, n)
+				if time.Now().Add(wait).After(end) {
+					logx.Errorf("redislock: releasing %q (owner %s) failed until its lease would be over: it expires with it", rl.key, id)
+					return
+				}
+				select {
+				case <-time.After(wait):
+				case <-rl.locker.closed:
+					return
+				}
+			}
+			if !rl.tryLetGo(ctx, id, abandon) {
+				return
+			}
+		}
+	})
 }
 
-func (rl *RedisLock) giveBackID(ctx context.Context, id string, abandon time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+// tryLetGo makes one try of letGo, and reports whether it went unanswered.
+func (rl *RedisLock) tryLetGo(ctx context.Context, id string, abandon time.Duration) (again bool) {
+	ctx, cancel := context.WithTimeout(ctx, selfReleaseTimeout)
 	defer cancel()
-	if _, err := rl.release(ctx, id, abandon); err != nil {
+	_, err := rl.release(ctx, id, abandon)
+	if err != nil && !ambiguous(err) {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
 	}
+	return err != nil && ambiguous(err)
 }

@@ -312,11 +312,9 @@ func renewBatch(batch []*hold, sent time.Time) {
 	if len(undo) > 0 {
 		// Round trips of their own, never on the scheduler's path: the
 		// other holds' renewals must not wait for them.
-		batch[0].rl.locker.spawn(func() {
-			for _, h := range undo {
-				h.rl.releaseQuietly(h.parent, h.id, h.lease)
-			}
-		})
+		for _, h := range undo {
+			h.rl.letGo(h.parent, h.id, h.lease, 0, false)
+		}
 	}
 	for result, n := range map[string]float64{"ok": renewed, "lost": lost, "failed": failed} {
 		if n > 0 {
@@ -591,7 +589,7 @@ func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
 	rl.locker.spawn(func() { // a round trip of its own, never on the scheduler's path
 		defer close(releasing)
-		rl.releaseQuietly(h.parent, h.id, h.lease)
+		rl.letGo(h.parent, h.id, h.lease, 0, true)
 	})
 }
 

@@ -50,7 +50,7 @@ exit statuses:
   0    done (status: held or free; break: broken or free; watch: interrupted; -h)
   1    demo failed
   64   usage: bad flags or arguments
-  65   the key holds something that is not a lock (status, break, watch)
+  65   the key holds something that is not a lock (run, status, break, watch)
   69   Redis unavailable, or it answered an error
   70   run: the lock was lost while COMMAND ran; COMMAND was stopped (or had exited)
   75   run: the lock was busy for all of -wait; break: held by another owner than -owner

@@ -61,8 +61,9 @@ const runUsage = `usage: redislock run [flags] KEY -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
-  64  usage          69  Redis unavailable       70  lock lost while COMMAND ran
-  75  lock busy      126 COMMAND not executable  127 COMMAND not found
+  64  usage          65  KEY is not a lock       69  Redis unavailable
+  70  lock lost while COMMAND ran                 75  lock busy
+  126 COMMAND not executable                      127 COMMAND not found
   128+N  COMMAND was killed by signal N
 If the lock is lost while COMMAND runs (its key expired, or was deleted by
 "redislock break"), COMMAND gets SIGTERM, then SIGKILL after -grace; if
@@ -125,7 +126,11 @@ func runCmd(args []string, stderr io.Writer) int {
 	} else {
 		opts = append(opts, redislock.WithRetry(redislock.LimitRetry(redislock.DefaultRetry, 1))) // one attempt
 	}
-	lock := redislock.NewRedisLock(redislock.FromGoRedis(client), key, opts...)
+	// A Locker of its own, closed before the client: Close waits for what
+	// runs in the background (a give-back of an attempt cut short).
+	locker := redislock.NewLocker(redislock.FromGoRedis(client))
+	defer locker.Close()
+	lock := locker.NewLock(key, opts...)
 	r := &runner{lock: lock, command: command, fencing: *fencing, grace: *grace, stderr: stderr}
 	return r.run()
 }
@@ -149,6 +154,10 @@ func (r *runner) run() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signals := make(chan os.Signal, 4)
+	// go-zero's core/proc, linked in through core/metric, listens for these
+	// from its init and sends the process the same signal again 5.5 s
+	// later: take them from it, so that the command gets each signal once.
+	signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	forwarded := make(chan struct{})
 	go func() {
@@ -184,6 +193,10 @@ func (r *runner) run() int {
 		fmt.Fprintf(r.stderr, "redislock: %v while waiting for %q\n", r.signal, key)
 		return 128 + int(r.signal.(syscall.Signal))
 	case !ran && errors.Is(err, redislock.ErrNotAcquired):
+		if r.notALock() {
+			fmt.Fprintf(r.stderr, "redislock: %q holds something that is not a lock\n", key)
+			return exitNotALock
+		}
 		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
 		return exitBusy
 	case !ran && isEnd(err):
@@ -203,6 +216,15 @@ func (r *runner) run() int {
 		fmt.Fprintf(r.stderr, "redislock: releasing %q: %s (it expires with its lease)\n", key, unprefixed(err))
 	}
 	return r.code
+}
+
+// notALock reports whether the lock's key holds a value of another type,
+// which no release will free.
+func (r *runner) notALock() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := r.lock.Inspect(ctx)
+	return errors.Is(err, redislock.ErrWrongType)
 }
 
 // isEnd reports whether err says the hold ended before its release.

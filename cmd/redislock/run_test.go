@@ -190,6 +190,50 @@ func TestRunForwardsSignalsAndReleases(t *testing.T) {
 	}
 }
 
+// TestRunPassesASignalOnce: one SIGTERM reaches the command once, even when
+// its graceful shutdown takes longer than go-zero's 5.5 s. (Issue 17,
+// defect 2: go-zero's core/proc, linked in through core/metric, re-sent the
+// signal to the process 5.5 s later, and run passed it on again.)
+func TestRunPassesASignalOnce(t *testing.T) {
+	srv := redisserver.Start(t)
+	f := marksFile(t)
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "slow-shutdown", "--", "sh", "-c",
+		`trap 'echo got >> "$F"; sleep 7; exit 3' TERM; echo started >> "$F"; while :; do sleep 0.1; done`)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.code(t); code != 3 {
+		t.Fatalf("exit %d, want the command's 3; stderr %q", code, c.errOut)
+	}
+	if marks := readMarks(t, f); len(marks) != 2 {
+		t.Fatalf("marks %v: the command got the signal %d times", marks, len(marks)-1)
+	}
+	if strings.Contains(c.errOut.String(), "shutting down") {
+		t.Fatalf("go-zero's signal handler ran: %q", c.errOut)
+	}
+}
+
+// TestRunOnAKeyThatIsNotALock: a key of another type is no lock that a
+// release will free: run exits 65, as status does, not 75. (Issue 17,
+// defect 4: it exited 75, which the help did not list for it.)
+func TestRunOnAKeyThatIsNotALock(t *testing.T) {
+	srv := redisserver.Start(t)
+	if err := srv.Client(t).HSet(context.Background(), "a-hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t, marksFile(t), "run", "-addr", srv.Addr, "a-hash", "--", "true")
+	if code := c.code(t); code != 65 {
+		t.Fatalf("exit %d, want 65; stderr %q", code, c.errOut)
+	}
+	if !strings.Contains(c.errOut.String(), "not a lock") {
+		t.Fatalf("stderr %q", c.errOut)
+	}
+}
+
 func TestRunFencingTokenAndStatus(t *testing.T) {
 	srv := redisserver.Start(t)
 	f := marksFile(t)
