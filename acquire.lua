@@ -7,17 +7,11 @@
 -- ARGV[2]  the lease in milliseconds
 --
 -- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
---        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}.
---        The token is the larger of the counter's last value plus one and
---        the server's clock in microseconds, and becomes the counter's
---        value: it increases on every acquisition, and keeps increasing
---        after a failover that lost the last increments, as long as the new
---        primary's clock is not behind by more than the failover took.
---        Otherwise an integer: the holder's remaining lease in ms (PTTL),
---        -1 when the key has no expiry, 0 for an attempt already given up.
---        The error REDISLOCK_CORRUPT_COUNTER when KEYS[3] holds anything but
---        a decimal integer below 2^53 - 1 (so that every token minted is
---        below 2^53, exact in Lua and in JSON): nothing was written.
+--        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}
+--        (see fence.lua). Otherwise an integer: the holder's remaining
+--        lease in ms (PTTL), -1 when the key has no expiry, 0 for an attempt
+--        already given up. The error REDISLOCK_CORRUPT_COUNTER (fence.lua):
+--        nothing was written.
 --
 -- Idempotent: a client that retries this call after losing its reply finds
 -- the key holding ARGV[1] and is told it took the lock, with the token it
@@ -49,16 +43,9 @@ end
 if not KEYS[3] then
     return "OK"
 end
-local last = redis.pcall("GET", KEYS[3])
-if last then
-    if type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
-        or tonumber(last) >= 2^53 - 1 then
-        redis.call("DEL", KEYS[1])
-        return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[3] .. " is not a number")
-    end
-    last = tonumber(last)
+local token, err = mint(3, redis.call("TIME"))
+if not token then
+    redis.call("DEL", KEYS[1])
+    return err
 end
-local now = redis.call("TIME")
-local token = math.max((last or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-redis.call("SET", KEYS[3], string.format("%.0f", token))
 return {"OK", token}

@@ -1,13 +1,20 @@
--- extend.lua: verify ownership and refresh the lease (re-entry and renewal).
+-- extend.lua: verify ownership and refresh the lease of one lock (a
+-- re-entry) or of many (a watchdog batch on a single Redis primary, where
+-- every key is local).
 --
--- KEYS[1]  the lock key
--- ARGV[1]  the owner's id
--- ARGV[2]  the lease in milliseconds
+-- KEYS[i]      a lock key
+-- ARGV[2i-1]   the id of its owner
+-- ARGV[2i]     its lease in milliseconds
 --
--- Reply: 1 when KEYS[1] holds ARGV[1]; its lease is now ARGV[2] ms.
---        0 when it does not (missing, another owner, or not a string):
---        the lock is lost and nothing was changed.
-if redis.pcall("GET", KEYS[1]) == ARGV[1] then
-    return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+-- Reply: an array with one integer per key, in order: 1 when KEYS[i] held
+--        ARGV[2i-1] and its lease is now ARGV[2i] ms; 0 when it did not
+--        (missing, another owner, or not a string): that lock is lost, and
+--        nothing was changed.
+local renewed = {}
+for i = 1, #KEYS do
+    renewed[i] = 0
+    if redis.pcall("GET", KEYS[i]) == ARGV[2 * i - 1] then
+        renewed[i] = redis.call("PEXPIRE", KEYS[i], ARGV[2 * i])
+    end
 end
-return 0
+return renewed

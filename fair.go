@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Fair locks: the waiters of a key queue in Redis, in a sorted set in the
@@ -26,25 +24,6 @@ import (
 // documentation for how, and for the limits.
 func WithFairness() Option {
 	return func(o *options) { o.fair = true }
-}
-
-var (
-	//go:embed fair_acquire.lua
-	fairAcquireSource string
-	//go:embed fair_release.lua
-	fairReleaseSource string
-	//go:embed fair_refresh.lua
-	fairRefreshSource string
-
-	fairAcquireScript = redis.NewScript(fairAcquireSource)
-	fairReleaseScript = redis.NewScript(fairReleaseSource)
-	fairRefreshScript = redis.NewScript(fairRefreshSource)
-)
-
-func init() {
-	sources[fairAcquireScript] = fairAcquireSource
-	sources[fairReleaseScript] = fairReleaseSource
-	sources[fairRefreshScript] = fairRefreshSource
 }
 
 // fair reports whether rl is a fair lock.
@@ -67,7 +46,7 @@ func (rl *RedisLock) fairKeys() []string {
 // taken; else -1, how long to wait before the next attempt, and the
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
-	reply, err := rl.run(ctx, fairAcquireScript, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
+	reply, err := rl.store.run(ctx, fairAcquireScript, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -320,7 +299,7 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 // refresh keeps h live in its queue (fair_refresh.lua): 2 when the lock was
 // handed to it, 1 when it waits, 0 when it is out of the queue.
 func (rl *RedisLock) refresh(ctx context.Context, h *hold, seq int64) (int64, error) {
-	return rl.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiters},
+	return rl.store.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiters},
 		h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease))
 }
 

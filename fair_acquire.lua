@@ -38,23 +38,6 @@ end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
-local function token()
-    if not KEYS[5] then
-        return nil
-    end
-    local last = redis.pcall("GET", KEYS[5])
-    if last then
-        if type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
-            or tonumber(last) >= 2^53 - 1 then
-            return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[5] .. " is not a number")
-        end
-        last = tonumber(last)
-    end
-    local t = math.max((last or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
-    redis.call("SET", KEYS[5], string.format("%.0f", t))
-    return t
-end
-
 local function leave()
     redis.call("ZREM", KEYS[3], ARGV[1])
     redis.call("HDEL", KEYS[4], ARGV[1])
@@ -92,9 +75,12 @@ if owner == false then
         if head and head ~= ARGV[1] then
             wait = 1 -- more lapsed waiters than one call drops: again soon
         else
-            local t = token()
-            if type(t) == "table" then
-                return t -- the corrupt counter's error
+            local t, err
+            if KEYS[5] then
+                t, err = mint(5, time)
+                if not t then
+                    return err
+                end
             end
             redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
             if head then

@@ -54,16 +54,13 @@ for _ = 1, 10 do
     local live, lease, fenced = string.match(redis.call("HGET", KEYS[4], next[1]) or "", "^(%d+) (%d+)(f?)$")
     redis.call("HDEL", KEYS[4], next[1])
     if live and tonumber(live) > now and tonumber(lease) > 0 then
-        local token = 0
+        local token, err = 0, nil
         if fenced == "f" then
-            local last = redis.pcall("GET", KEYS[5])
-            if last and (type(last) ~= "string" or not string.match(last, "^%d+$") or #last > 16
-                or tonumber(last) >= 2^53 - 1) then
+            token, err = mint(5, time)
+            if not token then
                 redis.call("DEL", KEYS[1])
-                return redis.error_reply("REDISLOCK_CORRUPT_COUNTER fencing counter " .. KEYS[5] .. " is not a number")
+                return err
             end
-            token = math.max(tonumber(last or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
-            redis.call("SET", KEYS[5], string.format("%.0f", token))
         end
         redis.call("SET", KEYS[1], next[1], "PX", lease)
         redis.call("PUBLISH", ARGV[2], next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease)

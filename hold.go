@@ -268,7 +268,7 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
 	} else {
 		var reply any
-		if reply, err = rl.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
+		if reply, err = rl.store.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
 			token, pttl, err = rl.parseAcquire(reply)
 		}
 	}

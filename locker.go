@@ -19,7 +19,7 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 // use. The locks of NewRedisLock share their store's default Locker, which
 // lives as long as the process and is never closed.
 type Locker struct {
-	store    Scripter
+	store    store
 	opts     []Option
 	clock    clock
 	renewals renewals       // its scheduler: renewals, lease deadlines, maximum holds
@@ -45,7 +45,7 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 }
 
 func newLocker(store Scripter, c clock, opts []Option) *Locker {
-	l := &Locker{store: store, opts: opts, clock: c, closed: make(chan struct{}),
+	l := &Locker{store: newStore(store), opts: opts, clock: c, closed: make(chan struct{}),
 		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
 	l.renewals.locker = l
 	return l
@@ -111,7 +111,7 @@ func (l *Locker) NewLock(key string, opts ...Option) *RedisLock {
 		return NewRedisLock(nil, key) // reports ErrNilStore
 	}
 	all := make([]Option, 0, len(l.opts)+len(opts))
-	return newRedisLock(l.store, key, l, append(append(all, l.opts...), opts...))
+	return newRedisLock(l.store.Scripter, key, l, append(append(all, l.opts...), opts...))
 }
 
 // lockerKey is the context key under which Do keeps the lock of a key.

@@ -33,8 +33,7 @@ import (
 // it ended); until then Acquire fails with the same error, so a lost lock is
 // never re-taken behind the back of code that believes it still holds it.
 type RedisLock struct {
-	store       Scripter
-	evaler      Evaler // store, when it has EvalCtx
+	store       *store // its Locker's
 	key         string
 	acquireKeys []string // key, abandoned attempts[, fencing counter]
 	releaseKeys []string // key, release marker[, queue, waiters, fencing counter]
@@ -68,14 +67,14 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 
 // newRedisLock makes a lock of locker, or of its store's default Locker
 // when locker is nil.
-func newRedisLock(store Scripter, key string, locker *Locker, opts []Option) *RedisLock {
+func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisLock {
 	o := options{expiry: DefaultExpiry, watchdog: true, clock: realClock{}, retry: DefaultRetry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	if g, ok := store.(goRedis); ok && !o.pubsubSet {
+	if g, ok := s.(goRedis); ok && !o.pubsubSet {
 		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
 	}
 	name := key
@@ -86,7 +85,6 @@ func newRedisLock(store Scripter, key string, locker *Locker, opts []Option) *Re
 		acquireKeys = append(acquireKeys, relatedName(key, "fence"))
 	}
 	rl := &RedisLock{
-		store:       store,
 		key:         key,
 		acquireKeys: acquireKeys,
 		releaseKeys: []string{key, relatedName(key, "last-release")},
@@ -106,7 +104,7 @@ func newRedisLock(store Scripter, key string, locker *Locker, opts []Option) *Re
 		rl.fairTurn = make(chan struct{}, 1)
 	}
 	switch {
-	case isNil(store):
+	case isNil(s):
 		rl.err = ErrNilStore
 	case name == "":
 		rl.err = ErrEmptyKey
@@ -115,13 +113,10 @@ func newRedisLock(store Scripter, key string, locker *Locker, opts []Option) *Re
 	default:
 		rl.err = o.err
 	}
-	if e, ok := store.(Evaler); ok && !isNil(store) {
-		rl.evaler = e
-	}
 	if locker == nil {
-		locker = defaultLocker(store, o.clock)
+		locker = defaultLocker(s, o.clock)
 	}
-	rl.locker, rl.clock = locker, locker.clock
+	rl.locker, rl.clock, rl.store = locker, locker.clock, &locker.store
 	rl.expiry.Store(int64(o.expiry))
 	return rl
 }
@@ -272,7 +267,7 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if !live {
 		return 0, ErrNotHeld
 	}
-	ms, err := rl.runInt(ctx, ttlScript, rl.acquireKeys[:1], h.id)
+	ms, err := rl.store.runInt(ctx, ttlScript, rl.acquireKeys[:1], h.id)
 	switch {
 	case err != nil:
 		return 0, opErr("ttl", rl.key, err)

@@ -39,7 +39,7 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 // scriptSources returns every embedded script by its file name.
 func scriptSources() map[string]string {
 	return map[string]string{
-		"acquire.lua": acquireSource, "extend.lua": extendSource, "extend_many.lua": extendManySource,
+		"fence.lua": fenceSource, "acquire.lua": acquireSource, "extend.lua": extendSource,
 		"release.lua": releaseSource, "ttl.lua": ttlSource, "inspect.lua": inspectSource, "break.lua": breakSource,
 		"fair_acquire.lua": fairAcquireSource, "fair_release.lua": fairReleaseSource, "fair_refresh.lua": fairRefreshSource,
 	}

@@ -37,21 +37,6 @@ type Status struct {
 	Waiters int
 }
 
-var (
-	//go:embed inspect.lua
-	inspectSource string
-	//go:embed break.lua
-	breakSource string
-
-	inspectScript = redis.NewScript(inspectSource)
-	breakScript   = redis.NewScript(breakSource)
-)
-
-func init() {
-	sources[inspectScript] = inspectSource
-	sources[breakScript] = breakSource
-}
-
 // rememberBreak is how long a break is remembered, so that a client's retry
 // of it, after its reply was lost, reports it as done.
 const rememberBreak = time.Minute
@@ -76,7 +61,7 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
-	reply, err := rl.run(ctx, inspectScript, keys)
+	reply, err := rl.store.run(ctx, inspectScript, keys)
 	if err != nil {
 		return Status{}, err
 	}
@@ -167,7 +152,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		return st, nil // nothing to break
 	}
 	keys := []string{rl.key, relatedName(rl.key, "broken")}
-	reply, err := rl.run(ctx, breakScript, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
+	reply, err := rl.store.run(ctx, breakScript, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
 	if err != nil {
 		return Status{}, opErr("break", rl.key, err)
 	}

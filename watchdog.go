@@ -4,11 +4,9 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
@@ -180,7 +178,7 @@ func (s *renewals) run() {
 
 	for len(batch) > 0 {
 		n := min(len(batch), maxBatch)
-		renewByServer(batch[:n], now)
+		renewBatch(batch[:n], now)
 		batch = batch[n:]
 	}
 	close(inFlight)
@@ -219,101 +217,81 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 	return renew
 }
 
-// renewByServer renews batch, sent at sent: where the store spreads keys
-// over servers (a cluster or a ring), one pipeline per server, all at once,
-// so that a slow or paused server holds up the replies of its own holds
-// only, and the others' renewals count at once.
-func renewByServer(batch []*hold, sent time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	send := func(g []*hold) { renewBatch(g, sent) }
-	if !eachServer(ctx, batch[0].rl.store, batch, func(h *hold) string { return h.rl.key }, send) {
-		send(batch)
+// renewBatch renews holds, all of one Locker, sent at sent, and refreshes
+// the fair waiters among them (a call each), and records each reply:
+// renewed; gone or taken (that hold ends with ErrLockLost); or an error
+// (retried with backoff). On a single primary one script renews up to
+// perScript holds, which costs the server and the client less than a call
+// each; elsewhere (a cluster, a ring) each hold has its own call, sent to
+// its server. The batch is bounded by the latest lease deadline among its
+// holds: the scheduler ends each hold on time, whatever the batch does.
+func renewBatch(holds []*hold, sent time.Time) {
+	st := holds[0].rl.store
+	group := 1
+	if st.single {
+		group = perScript
 	}
-}
-
-// eachServer splits items by the server of their key (key(item)), and calls
-// send with each server's items, all at once, returning when every call
-// has. It reports false, calling nothing, when the store has one server (or
-// hides its servers) or all the items are on one.
-func eachServer[T any](ctx context.Context, store Scripter, items []T, key func(T) string, send func([]T)) bool {
-	server := serverOf(store)
-	if server == nil || len(items) < 2 {
-		return false
-	}
-	groups := map[string][]T{}
-	for _, item := range items {
-		addr := server(ctx, key(item))
-		groups[addr] = append(groups[addr], item)
-	}
-	if len(groups) < 2 {
-		return false
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			send(g)
-		}()
-	}
-	wg.Wait()
-	return true
-}
-
-// serverOf returns the address of the server that holds a key of store,
-// as the client sees it now ("" when it does not know); nil when the store
-// has one server, or hides its servers.
-func serverOf(store Scripter) func(ctx context.Context, key string) string {
-	g, ok := store.(goRedis)
-	if !ok {
-		return nil
-	}
-	addr := func(c *redis.Client, err error) string {
-		if err != nil {
-			return ""
-		}
-		return c.Options().Addr
-	}
-	switch c := g.c.(type) {
-	case *redis.ClusterClient:
-		return func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
-	case *redis.Ring:
-		return func(_ context.Context, key string) string { return addr(c.GetShardClientForKey(key)) }
-	}
-	return nil
-}
-
-// renewBatch renews holds, all of one store, sent at sent, and records each
-// reply: renewed; gone or taken (that hold ends with ErrLockLost); or an
-// error (retried with backoff). A failure of the whole batch is transient
-// for all of them and changes no deadline.
-func renewBatch(batch []*hold, sent time.Time) {
-	codes, errs, refresh := extendAll(batch, sent)
-	var renewed, lost, failed float64
-	var undo []*hold
-	for i, h := range batch {
-		if refresh[i] { // a fair lock's waiter, kept live in its queue
-			h.rl.refreshed(h, sent, codes[i], errs[i])
+	var calls []*call
+	var of [][]*hold // the holds of each call, by index
+	index := map[*call]int{}
+	var longest time.Duration
+	for _, h := range holds {
+		h.rl.mu.Lock()
+		queued, seq, left := h.state == queued, h.seq, max(h.until.Sub(sent), time.Millisecond)
+		h.rl.mu.Unlock()
+		longest = max(longest, left)
+		ctx, cancel := context.WithTimeout(h.parent, left)
+		defer cancel()
+		last := len(calls) - 1
+		switch {
+		case queued:
+			rl := h.rl
+			calls = append(calls, &call{ctx: ctx, script: fairRefreshScript, keys: []string{rl.key, rl.queue, rl.waiters},
+				args: []any{h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease)}})
+			of = append(of, []*hold{h})
+			continue
+		case last >= 0 && calls[last].script == extendScript && len(of[last]) < group:
+			calls[last].keys = append(calls[last].keys, h.rl.key)
+			calls[last].args = append(calls[last].args, h.id, h.lease.Milliseconds())
+			of[last] = append(of[last], h)
 			continue
 		}
-		switch {
-		case errs[i] != nil:
-			failed++
-		case codes[i] == 1:
-			renewed++
-		default:
-			lost++
-		}
-		if h.rl.renewed(h, sent, codes[i] == 1, errs[i]) {
-			undo = append(undo, h)
-		}
+		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: []string{h.rl.key}, args: []any{h.id, h.lease.Milliseconds()}})
+		of = append(of, []*hold{h})
 	}
-	if len(undo) > 0 {
-		// Round trips of their own, never on the scheduler's path: the
-		// other holds' renewals must not wait for them.
-		for _, h := range undo {
-			h.rl.letGo(h.parent, h.id, h.lease, 0, false)
+	for i, c := range calls {
+		index[c] = i
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), longest)
+	defer cancel()
+	st.runAll(ctx, calls, func(done []*call) { recordRenewals(done, func(c *call) []*hold { return of[index[c]] }, sent) })
+}
+
+// recordRenewals records the replies of calls, the renewals of holdsOf each call sent
+// at sent.
+func recordRenewals(calls []*call, holdsOf func(*call) []*hold, sent time.Time) {
+	var renewed, lost, failed float64
+	for _, c := range calls {
+		holds := holdsOf(c)
+		codes, err := renewalCodes(c, len(holds))
+		for j, h := range holds {
+			if c.script == fairRefreshScript { // a fair lock's waiter, kept live in its queue
+				h.rl.refreshed(h, sent, codes[j], err)
+				continue
+			}
+			switch {
+			case err != nil:
+				failed++
+			case codes[j] == 1:
+				renewed++
+			default:
+				lost++
+			}
+			if h.rl.renewed(h, sent, codes[j] == 1, err) {
+				// Round trips of their own, never on the scheduler's
+				// path: the other holds' renewals must not wait for them.
+				h.rl.letGo(h.parent, h.id, h.lease, 0, false)
+			}
 		}
 	}
 	for result, n := range map[string]float64{"ok": renewed, "lost": lost, "failed": failed} {
@@ -323,222 +301,33 @@ func renewBatch(batch []*hold, sent time.Time) {
 	}
 }
 
-// extendAll sends the renewals of holds, and the refreshes of those that
-// are fair waiters (refresh), with each reply's code: one pipeline where
-// the store has them, else one call each.
-func extendAll(holds []*hold, sent time.Time) (codes []int64, errs []error, refresh []bool) {
-	codes, errs, refresh = make([]int64, len(holds)), make([]error, len(holds)), make([]bool, len(holds))
-	seqs := make([]int64, len(holds))
-	// The batch's deadline is the latest validity deadline among its holds:
-	// the scheduler ends each hold on time, whatever the batch does.
-	var until time.Time
-	for i, h := range holds {
-		h.rl.mu.Lock()
-		if h.until.After(until) {
-			until = h.until
-		}
-		refresh[i], seqs[i] = h.state == queued, h.seq
-		h.rl.mu.Unlock()
-	}
-	rl := holds[0].rl
-	pipelined := pipelineOf(rl.store)
-	if pipelined == nil {
-		for i, h := range holds {
-			ctx, cancel := h.rl.renewalContext(h, sent)
-			if refresh[i] {
-				codes[i], errs[i] = h.rl.refresh(ctx, h, seqs[i])
-			} else {
-				var ok bool
-				ok, errs[i] = h.rl.extend(ctx, h.id, h.lease)
-				codes[i] = b2i(ok)
-			}
-			cancel()
-		}
-		return codes, errs, refresh
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(until.Sub(sent), time.Millisecond))
-	defer cancel()
-	useEval := rl.evaler != nil // go-zero: never a NOSCRIPT for its breaker
-	// On a single primary every key is local: one script renews up to
-	// perScript of them, which costs the server and the client less than a
-	// call each. Elsewhere (a cluster or a ring) each key has its own call,
-	// and the client sends each to its node. A waiter's refresh is a call
-	// of its own.
-	group := 1
-	if singlePrimary(rl.store) {
-		group = perScript
-	}
-	type call struct {
-		first, n int
-		cmd      *redis.Cmd
-	}
-	var calls []call
-	for i := 0; i < len(holds); {
-		n := 1
-		for !refresh[i] && i+n < len(holds) && n < group && !refresh[i+n] {
-			n++
-		}
-		calls = append(calls, call{first: i, n: n})
-		i += n
-	}
-	send := func(which []int, eval bool) {
-		err := pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range which {
-				first := calls[c].first
-				if refresh[first] {
-					calls[c].cmd = queueRefresh(ctx, p, holds[first], seqs[first], eval)
-				} else {
-					calls[c].cmd = queueRenewals(ctx, p, holds[first:first+calls[c].n], eval)
-				}
-			}
-			return nil
-		})
-		for _, c := range which {
-			call := calls[c]
-			if call.cmd == nil { // the pipeline failed before queueing it
-				for i := call.first; i < call.first+call.n; i++ {
-					errs[i] = cmpOr(err, fmt.Errorf("%w: renewal not sent", ErrUnexpectedReply))
-				}
-				continue
-			}
-			most := int64(1)
-			if refresh[call.first] {
-				most = 2
-			}
-			readRenewals(call.cmd, most, codes[call.first:call.first+call.n], errs[call.first:call.first+call.n])
-		}
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	send(all, useEval)
-	if !useEval { // after a restart, failover or SCRIPT FLUSH: EVAL loads it again
-		var noScript []int
-		for c, call := range calls {
-			if err := errs[call.first]; err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				noScript = append(noScript, c)
-			}
-		}
-		if len(noScript) > 0 {
-			send(noScript, true)
-		}
-	}
-	return codes, errs, refresh
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// queueRefresh queues the refresh of h, a fair lock's waiter at place seq
-// in its queue, in p.
-func queueRefresh(ctx context.Context, p redis.Pipeliner, h *hold, seq int64, eval bool) *redis.Cmd {
-	keys := []string{h.rl.key, h.rl.queue, h.rl.waiters}
-	lease, wants := h.lease.Milliseconds(), h.rl.wants(h.lease)
-	if eval {
-		return p.Eval(ctx, fairRefreshSource, keys, h.id, lease, seq, wants)
-	}
-	return p.EvalSha(ctx, fairRefreshScript.Hash(), keys, h.id, lease, seq, wants)
-}
-
-// perScript caps the keys one extend_many.lua call renews: a call over
-// 100 keys keeps the server busy for about a tenth of a millisecond.
+// perScript caps the keys one extend.lua call renews: a call over 100 keys
+// keeps the server busy for about a tenth of a millisecond.
 const perScript = 100
 
-// queueRenewals queues the renewal of holds in p: extend.lua for one hold,
-// extend_many.lua for more.
-func queueRenewals(ctx context.Context, p redis.Pipeliner, holds []*hold, eval bool) *redis.Cmd {
-	if len(holds) == 1 {
-		h := holds[0]
-		if eval {
-			return p.Eval(ctx, extendSource, h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
-		}
-		return p.EvalSha(ctx, extendScript.Hash(), h.rl.acquireKeys[:1], h.id, h.lease.Milliseconds())
+// renewalCodes reads the reply of a renewal call of n holds (each 0 or 1)
+// or of a refresh (0, 1 or 2): n codes, all 0 with an error.
+func renewalCodes(c *call, n int) ([]int64, error) {
+	codes := make([]int64, n)
+	if c.err != nil {
+		return codes, c.err
 	}
-	keys := make([]string, len(holds))
-	args := make([]any, 0, 2*len(holds))
-	for i, h := range holds {
-		keys[i] = h.rl.key
-		args = append(args, h.id, h.lease.Milliseconds())
+	values, ok := c.reply.([]any)
+	most := int64(1)
+	if c.script == fairRefreshScript {
+		values, ok, most = []any{c.reply}, true, 2
 	}
-	if eval {
-		return p.Eval(ctx, extendManySource, keys, args...)
-	}
-	return p.EvalSha(ctx, extendMany.Hash(), keys, args...)
-}
-
-// readRenewals reads the reply of queueRenewals (or queueRefresh) into codes
-// and errs, one per hold: each code from 0 to most.
-func readRenewals(cmd *redis.Cmd, most int64, codes []int64, errs []error) {
-	reply, err := cmd.Result()
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return
-	}
-	values, isArray := reply.([]any)
-	if !isArray {
-		values = []any{reply}
+	if !ok || len(values) != n {
+		return codes, fmt.Errorf("%w: %T %.64v where %d codes were due", ErrUnexpectedReply, c.reply, c.reply, n)
 	}
 	for i := range codes {
-		var n int64 = -1
-		if i < len(values) && len(values) == len(codes) {
-			n, _ = values[i].(int64)
+		code, isInt := values[i].(int64)
+		if !isInt || code < 0 || code > most {
+			return make([]int64, n), fmt.Errorf("%w: %.64v where 0 to %d was due", ErrUnexpectedReply, values[i], most)
 		}
-		if n >= 0 && n <= most {
-			codes[i], errs[i] = n, nil
-		} else {
-			errs[i] = fmt.Errorf("%w: %T %.64v where 0 to %d was due", ErrUnexpectedReply, reply, reply, most)
-		}
+		codes[i] = code
 	}
-}
-
-// singlePrimary reports whether every key of store lives on one server: a
-// go-redis Client (a failover client is one too).
-func singlePrimary(store Scripter) bool {
-	g, ok := store.(goRedis)
-	if !ok {
-		return false
-	}
-	_, ok = g.c.(*redis.Client)
-	return ok
-}
-
-// pipelineOf returns how to send a pipeline through store; nil when it has
-// none.
-func pipelineOf(store Scripter) func(context.Context, func(redis.Pipeliner) error) error {
-	type goRedisPipelines interface {
-		Pipelined(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	}
-	type goZeroPipelines interface {
-		PipelinedCtx(context.Context, func(redis.Pipeliner) error) error
-	}
-	switch s := store.(type) {
-	case goRedis:
-		if p, ok := s.c.(goRedisPipelines); ok {
-			return func(ctx context.Context, fn func(redis.Pipeliner) error) error {
-				_, err := p.Pipelined(ctx, fn)
-				return err
-			}
-		}
-	case goZeroPipelines:
-		return s.PipelinedCtx
-	}
-	return nil
-}
-
-// renewalContext bounds one renewal of h sent at sent, when renewals go one
-// call each: by its lease deadline, and by the end of its holding context.
-func (rl *RedisLock) renewalContext(h *hold, sent time.Time) (context.Context, context.CancelFunc) {
-	rl.mu.Lock()
-	timeout := h.until.Sub(sent)
-	rl.mu.Unlock()
-	return context.WithTimeout(h.parent, max(timeout, time.Millisecond))
+	return codes, nil
 }
 
 // renewed records the reply to a renewal of h sent at sent (its batch

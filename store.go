@@ -1,0 +1,299 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/breaker"
+)
+
+// Scripter runs a Lua script on Redis. It is the only thing a RedisLock needs
+// from a Redis client.
+//
+// go-zero's *redis.Redis satisfies it as it is; FromGoRedis adapts any go-redis
+// v9 client. Implementations must return the script's reply as go-redis does
+// (int64 for integers, string for status and bulk strings) and run the script
+// with EVALSHA, falling back to EVAL when the server does not know it, as
+// redis.Script.Run does.
+type Scripter interface {
+	ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error)
+}
+
+// FromGoRedis adapts a go-redis v9 client (Client, ClusterClient, Ring, a
+// failover client, or any UniversalClient) to Scripter. It returns nil for a
+// nil client, which NewRedisLock reports as ErrNilStore.
+func FromGoRedis(c redis.Scripter) Scripter {
+	if isNil(c) {
+		return nil
+	}
+	return goRedis{c: c}
+}
+
+type goRedis struct{ c redis.Scripter }
+
+func (g goRedis) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return script.Run(ctx, g.c, keys, args...).Result()
+}
+
+// Evaler is an optional interface beside Scripter: a store that has it (as
+// go-zero's *redis.Redis does) gets our scripts run with EVAL, never EVALSHA.
+// go-zero's circuit breaker counts the NOSCRIPT replies that EVALSHA gets
+// after a restart, a failover or SCRIPT FLUSH as failures, and once open
+// refuses acquisitions and releases alike; EVAL never gets NOSCRIPT, for the
+// cost of sending a script of a few hundred bytes with each call.
+type Evaler interface {
+	EvalCtx(ctx context.Context, script string, keys []string, args ...any) (any, error)
+}
+
+var (
+	//go:embed acquire.lua
+	acquireSource string
+	//go:embed extend.lua
+	extendSource string
+	//go:embed release.lua
+	releaseSource string
+	//go:embed ttl.lua
+	ttlSource string
+	//go:embed fair_acquire.lua
+	fairAcquireSource string
+	//go:embed fair_release.lua
+	fairReleaseSource string
+	//go:embed fair_refresh.lua
+	fairRefreshSource string
+	//go:embed inspect.lua
+	inspectSource string
+	//go:embed break.lua
+	breakSource string
+	//go:embed fence.lua
+	fenceSource string // a function that acquire.lua and the fair scripts share
+
+	acquireScript     = redis.NewScript(fenceSource + acquireSource)
+	extendScript      = redis.NewScript(extendSource)
+	releaseScript     = redis.NewScript(releaseSource)
+	ttlScript         = redis.NewScript(ttlSource)
+	fairAcquireScript = redis.NewScript(fenceSource + fairAcquireSource)
+	fairReleaseScript = redis.NewScript(fenceSource + fairReleaseSource)
+	fairRefreshScript = redis.NewScript(fairRefreshSource)
+	inspectScript     = redis.NewScript(inspectSource)
+	breakScript       = redis.NewScript(breakSource)
+
+	// sources are the scripts' texts, for EVAL.
+	sources = map[*redis.Script]string{
+		acquireScript: fenceSource + acquireSource, extendScript: extendSource, releaseScript: releaseSource,
+		ttlScript: ttlSource, fairAcquireScript: fenceSource + fairAcquireSource,
+		fairReleaseScript: fenceSource + fairReleaseSource, fairRefreshScript: fairRefreshSource,
+		inspectScript: inspectSource, breakScript: breakSource,
+	}
+)
+
+// corruptCounterReply starts the error a script replies when a fencing
+// counter holds something other than a number (see fence.lua).
+const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER "
+
+// store is what a Locker uses of its client: one script call, and batches
+// of calls in pipelines, one per server, where the client has them.
+type store struct {
+	Scripter
+	evaler Evaler                                                   // go-zero's: EVAL, never a NOSCRIPT for its breaker
+	pipe   func(context.Context, func(redis.Pipeliner) error) error // nil: no pipelines
+	server func(ctx context.Context, key string) string             // nil: one server, or hidden
+	single bool                                                     // every key on one primary: a script may touch many locks' keys
+}
+
+func newStore(s Scripter) store {
+	st := store{Scripter: s}
+	if isNil(s) {
+		return st
+	}
+	st.evaler, _ = s.(Evaler)
+	type goRedisPipelines interface {
+		Pipelined(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	}
+	type goZeroPipelines interface {
+		PipelinedCtx(context.Context, func(redis.Pipeliner) error) error
+	}
+	addr := func(c *redis.Client, err error) string {
+		if err != nil {
+			return ""
+		}
+		return c.Options().Addr
+	}
+	switch s := s.(type) {
+	case goRedis:
+		if p, ok := s.c.(goRedisPipelines); ok {
+			st.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+				_, err := p.Pipelined(ctx, fn)
+				return err
+			}
+		}
+		switch c := s.c.(type) {
+		case *redis.Client:
+			st.single = true
+		case *redis.ClusterClient:
+			st.server = func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
+		case *redis.Ring:
+			st.server = func(_ context.Context, key string) string { return addr(c.GetShardClientForKey(key)) }
+		}
+	case goZeroPipelines:
+		st.pipe = s.PipelinedCtx
+	}
+	return st
+}
+
+// run runs script on keys. A nil reply (none of our scripts gives one) is
+// ErrUnexpectedReply, so redis.Nil never reaches a caller.
+func (st *store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	var reply any
+	var err error
+	if st.evaler != nil {
+		reply, err = st.evaler.EvalCtx(ctx, sources[script], keys, args...)
+	} else {
+		reply, err = st.ScriptRunCtx(ctx, script, keys, args...)
+	}
+	return checkReply(reply, err)
+}
+
+// runInt runs a script whose reply is an integer.
+func (st *store) runInt(ctx context.Context, script *redis.Script, keys []string, args ...any) (int64, error) {
+	reply, err := st.run(ctx, script, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+	}
+	return n, nil
+}
+
+func checkReply(reply any, err error) (any, error) {
+	switch {
+	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
+		_, counter, _ := strings.Cut(err.Error(), corruptCounterReply)
+		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, counter)
+	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
+		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
+	}
+	return reply, err
+}
+
+// A call is one script call of a batch, and once run, its result.
+type call struct {
+	ctx    context.Context // bounds it when it goes alone (no pipelines)
+	script *redis.Script
+	keys   []string
+	args   []any
+	reply  any
+	err    error
+}
+
+// runAll runs calls within ctx, and hands each group of them to done as
+// soon as its results are in: in one pipeline per server, all at once, so
+// that a slow server holds up its own calls only, with EVALSHA and then
+// EVAL for those that got NOSCRIPT (EVAL alone for go-zero); without
+// pipelines, one call after another, each within its own ctx too.
+func (st *store) runAll(ctx context.Context, calls []*call, done func([]*call)) {
+	if st.pipe == nil {
+		for _, c := range calls {
+			cctx, cancel := context.WithCancel(c.ctx)
+			stop := context.AfterFunc(ctx, cancel)
+			c.reply, c.err = st.run(cctx, c.script, c.keys, c.args...)
+			stop()
+			cancel()
+			done([]*call{c})
+		}
+		return
+	}
+	if st.server != nil && len(calls) > 1 {
+		groups := map[string][]*call{}
+		for _, c := range calls {
+			addr := st.server(ctx, c.keys[0])
+			groups[addr] = append(groups[addr], c)
+		}
+		if len(groups) > 1 {
+			var wg sync.WaitGroup
+			for _, g := range groups {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st.pipeline(ctx, g)
+					done(g)
+				}()
+			}
+			wg.Wait()
+			return
+		}
+	}
+	st.pipeline(ctx, calls)
+	done(calls)
+}
+
+// pipeline sends calls in one pipeline, then again with EVAL those that
+// got NOSCRIPT.
+func (st *store) pipeline(ctx context.Context, calls []*call) {
+	send := func(calls []*call, eval bool) {
+		cmds := make([]*redis.Cmd, len(calls))
+		err := st.pipe(ctx, func(p redis.Pipeliner) error {
+			for i, c := range calls {
+				if eval {
+					cmds[i] = p.Eval(ctx, sources[c.script], c.keys, c.args...)
+				} else {
+					cmds[i] = p.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+				}
+			}
+			return nil
+		})
+		for i, c := range calls {
+			if cmds[i] == nil { // the pipeline failed before queueing it
+				c.reply, c.err = nil, cmpOr(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
+				continue
+			}
+			c.reply, c.err = checkReply(cmds[i].Result())
+		}
+	}
+	send(calls, st.evaler != nil)
+	if st.evaler != nil {
+		return
+	}
+	var again []*call
+	for _, c := range calls {
+		if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 { // after a restart, a failover or SCRIPT FLUSH
+		send(again, true)
+	}
+}
+
+// ambiguous reports whether a failed script call may have run on the server
+// all the same: anything but an error reply from Redis (a network error, a
+// timeout, a cancelled context) or a call that was never sent.
+func ambiguous(err error) bool {
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, redis.ErrClosed):
+		return false // Redis refused it, or it was never sent
+	}
+	return true
+}
+
+// isNil reports whether v is nil or a nil pointer, map, func or the like in an
+// interface, so that a typed nil client is an error rather than a panic.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
