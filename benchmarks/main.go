@@ -97,11 +97,32 @@ func main() {
 			lib.close()
 		}
 	}
+	// Each library against the same round trips made with raw go-redis,
+	// interleaved pair by pair, a new lock per pair.
+	ratios := map[string]*[2][2]time.Duration{}
+	for round := 0; round < rounds; round++ {
+		for _, name := range libraryNames {
+			lib := newLibrary(name, srv.addr)
+			if ratios[name] == nil {
+				ratios[name] = &[2][2]time.Duration{}
+			}
+			for i, g := range []int{1, 16} {
+				admin.FlushAll(context.Background())
+				raw, its := interleaved(lib, srv.addr, g, d/rounds)
+				ratios[name][i][0] += raw
+				ratios[name][i][1] += its
+			}
+			lib.close()
+		}
+	}
 	rtt := roundTrip(admin)
 	var rows []row
 	for _, name := range libraryNames {
 		lib := newLibrary(name, srv.addr)
 		r := row{lib: lib.name}
+		for i, t := range ratios[name] {
+			r.ratio[i] = float64(t[1]) / float64(t[0])
+		}
 		for i := range r.uncontended {
 			times := pairs[name][i]
 			r.uncontended[i] = latency{perSec: float64(len(times)) / d.Seconds(), p50: pct(times, 50), p99: pct(times, 99)}
@@ -152,6 +173,7 @@ type row struct {
 	lib         string
 	uncontended [2]latency // 1 and 32 goroutines
 	hot         [2]latency // 8 and 32 contenders
+	ratio       [2]float64 // interleaved with raw go-redis pairs: 1 and 16 goroutines
 	held        heldResult
 	hotOnly     bool // measured on the hot key only
 }
@@ -189,6 +211,64 @@ func uncontended(lib library, g int, d time.Duration) []time.Duration {
 	}
 	wg.Wait()
 	return times
+}
+
+// rawAcquire and rawRelease are the classic scripts, the baseline of
+// interleaved.
+var (
+	rawAcquire = redis.NewScript(`return redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])`)
+	rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+)
+
+// interleaved runs g goroutines for d, each making in turn an acquire and
+// release pair with raw go-redis EVALSHA and one with lib (a new lock per
+// pair, as go-zero code does), each on a key of its own, and returns the
+// time spent in each: drift over the run hits both alike.
+func interleaved(lib library, addr string, g int, d time.Duration) (raw, its time.Duration) {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	defer c.Close()
+	ctx := context.Background()
+	for _, s := range []*redis.Script{rawAcquire, rawRelease} {
+		s.Load(ctx, c)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rawKeys, key := []string{fmt.Sprintf("bench:raw:%d", i)}, fmt.Sprintf("bench:i:%d", i)
+			var r, o time.Duration
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				if err := c.EvalSha(ctx, rawAcquire.Hash(), rawKeys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
+					fmt.Fprintln(os.Stderr, "raw acquire:", err)
+					return
+				}
+				if err := c.EvalSha(ctx, rawRelease.Hash(), rawKeys, "fixed-owner-id-0123456789").Err(); err != nil {
+					fmt.Fprintln(os.Stderr, "raw release:", err)
+					return
+				}
+				t1 := time.Now()
+				l := lib.new(key)
+				if ok, err := l.try(ctx); !ok || err != nil {
+					fmt.Fprintln(os.Stderr, lib.name, "interleaved try:", ok, err)
+					return
+				}
+				if err := l.release(ctx); err != nil {
+					fmt.Fprintln(os.Stderr, lib.name, "release:", err)
+					return
+				}
+				r, o = r+t1.Sub(t0), o+time.Since(t1)
+			}
+			mu.Lock()
+			raw, its = raw+r, its+o
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return raw, its
 }
 
 // hotKey runs n contenders on one key for d, spread over hotProcesses

@@ -27,6 +27,14 @@ func writeResults(rows []row, d, heldFor, rtt time.Duration) error {
 		u := r.uncontended
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", r.lib, u[0].perSec, us(u[0].p50), us(u[0].p99), u[1].perSec, us(u[1].p50), us(u[1].p99))
 	}
+	fmt.Fprintf(&b, "\n## Against raw go-redis, interleaved\n\n")
+	fmt.Fprintf(&b, "Each goroutine makes, in turn, an acquire+release pair with raw go-redis EVALSHA of the classic scripts (SET NX PX; an owner-checked DEL) and one with the library, a new lock per pair as go-zero code does, each on a key of its own; the ratio is the library's time over the raw pairs' time, summed over 6 rounds of %v per library. 1.00 costs nothing over the Redis client.\n\n", d/6)
+	fmt.Fprintf(&b, "| library | 1 goroutine: ratio to raw | 16 goroutines: ratio to raw |\n|---|---|---|\n")
+	for _, r := range rows {
+		if !r.hotOnly {
+			fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", r.lib, r.ratio[0], r.ratio[1])
+		}
+	}
 	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, contenders spread over %d processes, each library's own waiting\n\n", hotProcesses)
 	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups; waiters of one process take turns, processes race). redislock, fair: AcquireWait with WithFairness (a queue in Redis; the release hands the lock over). Each process has one client per library; the contenders of a process are goroutines with a lock each. Handoff: from one holder's release call to the next different holder's acquisition, on the timeline of all processes merged. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
 	fmt.Fprintf(&b, "A round trip (PING, one client, idle) took %s at p50 in this run. The release call (from the call to its return, in the holder's process, under the same load) is the round trip a handoff of redislock's fair locks is made of: the next holder hears the release's message as the releaser hears its reply.\n\n", us(rtt))
