@@ -115,8 +115,10 @@ if KEYS[5] then
 end
 local window = tonumber(ARGV[3])
 redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
-for i = 3, 4 do
-    if redis.call("PTTL", KEYS[i]) < 2 * window then
+for i = 3, 4 do -- a new key gets an expiry; an older one keeps the later
+    if last then
+        redis.call("PEXPIRE", KEYS[i], 2 * window, "GT")
+    else
         redis.call("PEXPIRE", KEYS[i], 2 * window)
     end
 end

@@ -26,9 +26,6 @@ local time = redis.call("TIME")
 local window = tonumber(ARGV[2])
 local live = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + window
 redis.call("HSET", KEYS[3], ARGV[1], string.format("%.0f", live) .. " " .. ARGV[4])
-for i = 2, 3 do
-    if redis.call("PTTL", KEYS[i]) < 2 * window then
-        redis.call("PEXPIRE", KEYS[i], 2 * window)
-    end
-end
+redis.call("PEXPIRE", KEYS[2], 2 * window, "GT")
+redis.call("PEXPIRE", KEYS[3], 2 * window, "GT")
 return 1

@@ -284,63 +284,42 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 
 // Token returns the fencing token of the live hold (see WithFencing): 0 when
 // nothing is held or the lock is not fenced.
-func (rl *RedisLock) Token() int64 {
+func (rl *RedisLock) Token() int64 { return rl.snapshot().token }
+
+// snapshot returns what the accessors report of the live hold: all zero
+// when there is none.
+func (rl *RedisLock) snapshot() (s struct {
+	id    string
+	token int64
+	until time.Time
+	count int
+}) {
 	if rl == nil {
-		return 0
+		return s
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
-		return h.token
+		s.id, s.token, s.until, s.count = h.id, h.token, h.until, h.count
 	}
-	return 0
+	return s
 }
 
 // Owner returns the owner id of the live hold: the value of the key while
 // it is held, as Inspect and "redislock status" show it. It is "" when
 // nothing is held. Each hold has a fresh random id.
-func (rl *RedisLock) Owner() string {
-	if rl == nil {
-		return ""
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if h := rl.liveHold(); h != nil {
-		return h.id
-	}
-	return ""
-}
+func (rl *RedisLock) Owner() string { return rl.snapshot().id }
 
 // Until returns the end of the live hold's lease by the holder's own
 // conservative accounting: the time the latest successful acquisition,
 // re-entry or renewal was sent, plus the lease, less a margin of 1% + 2ms.
 // Redis may keep the key a little longer, never shorter, as long as clocks
 // run at the same rate. It is the zero time when nothing is held.
-func (rl *RedisLock) Until() time.Time {
-	if rl == nil {
-		return time.Time{}
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if h := rl.liveHold(); h != nil {
-		return h.until
-	}
-	return time.Time{}
-}
+func (rl *RedisLock) Until() time.Time { return rl.snapshot().until }
 
 // Holds returns how many acquisitions the live hold counts: 0 when nothing
 // is held, including after the hold ended.
-func (rl *RedisLock) Holds() int {
-	if rl == nil {
-		return 0
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if h := rl.liveHold(); h != nil {
-		return h.count
-	}
-	return 0
-}
+func (rl *RedisLock) Holds() int { return rl.snapshot().count }
 
 // Done returns a channel that is closed when the current hold ends: its last
 // release, its loss, its maximum hold, or the end of its lease after its
