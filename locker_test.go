@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/redislock/redislock/internal/redisserver"
 )
 
@@ -353,4 +355,46 @@ func (r *releaseDeadlines) stall(ctx context.Context, cmds []redis.Cmder) bool {
 		}
 	}
 	return false
+}
+
+// TestLockerCloseJoinsEverything: once Close returns, nothing of the
+// Locker runs: no renewal, no subscription reader, no give-back, whatever
+// its locks held or waited for. (Issue 17: goroutines were left to
+// package-level state that only tests waited on.)
+func TestLockerCloseJoinsEverything(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, other := srv.Client(t), srv.Client(t)
+	ctx := context.Background()
+	c.Ping(ctx)
+	other.Ping(ctx)
+	rival := NewLocker(FromGoRedis(other))
+	defer rival.Close()
+	busy, fairBusy := rival.NewLock("close:busy"), rival.NewLock("close:fair", WithFairness())
+	mustAcquire(t, busy)
+	mustAcquire(t, fairBusy)
+	before := goleak.IgnoreCurrent()
+
+	l := NewLocker(FromGoRedis(c), WithExpiry(time.Second))
+	mustAcquire(t, l.NewLock("close:held"))
+	errs := make(chan error, 2)
+	go func() { errs <- l.NewLock("close:busy").AcquireWait(ctx) }()
+	go func() { errs <- l.NewLock("close:fair", WithFairness()).AcquireWait(ctx) }()
+	waitQueued(t, srv.Client(t), "close:fair", 1)
+	waitFor(t, 10*time.Second, "the plain waiter subscribed", func() bool {
+		return c.PubSubNumSub(ctx, relatedName("close:busy", "released")).Val()[relatedName("close:busy", "released")] == 1
+	})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrLockerClosed) {
+			t.Fatalf("a wait of a closed Locker: %v", err)
+		}
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	requireLockerIdle(t, l)
+	mustRelease(t, busy)
+	mustRelease(t, fairBusy)
 }
