@@ -240,8 +240,12 @@ func renewBatch(holds []*hold, sent time.Time) {
 		queued, seq, left := h.state == queued, h.seq, max(h.until.Sub(sent), time.Millisecond)
 		h.rl.mu.Unlock()
 		longest = max(longest, left)
-		ctx, cancel := context.WithTimeout(h.parent, left)
-		defer cancel()
+		ctx := h.parent // a call of its own (no pipelines) is bounded by its lease deadline too
+		if st.pipe == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, left)
+			defer cancel()
+		}
 		last := len(calls) - 1
 		switch {
 		case queued:
