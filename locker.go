@@ -31,6 +31,15 @@ type Locker struct {
 	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
 	hubs   map[any]*hub         // its wake-up subscriptions, by Subscriber
 	joined bool                 // Close has waited for its goroutines: start no more
+	late   []error              // give-backs that failed after Close began
+}
+
+// failed records a give-back that failed after Close began, for Close to
+// return.
+func (l *Locker) failed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.late = append(l.late, err)
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
@@ -204,7 +213,9 @@ func (l *Locker) Close() error {
 	l.joined = true
 	l.mu.Unlock()
 	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
-	return errors.Join(errs...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return errors.Join(append(errs, l.late...)...)
 }
 
 // closeWorkers is how many of Close's releases are under way at once.

@@ -269,3 +269,43 @@ func TestRealStalledAcquisitionLeavesNoOrphan(t *testing.T) {
 	mustAcquire(t, rl)
 	mustRelease(t, rl)
 }
+
+// TestRealCloseDuringAStalledGiveBack: a Locker closed while the give-back
+// of a stalled acquisition is being retried tries it again within Close's
+// two seconds, and returns once it is done: the key is free. (Black-box
+// review of issue 17: Close dropped the give-back and returned nil, and the
+// key held the abandoned attempt's id for the rest of its lease.)
+func TestRealCloseDuringAStalledGiveBack(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	for try := 1; ; try++ {
+		l := NewLocker(FromGoRedis(c))
+		rl := l.NewLock("stalled-close", WithExpiry(5*time.Second))
+		mustAcquire(t, rl) // the scripts are loaded
+		mustRelease(t, rl)
+		slept := make(chan error, 1)
+		go func() { slept <- admin.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
+		time.Sleep(50 * time.Millisecond) // DEBUG SLEEP is under way
+		ok, err := rl.AcquireCtx(ctx)
+		closed := l.Close()
+		if serr := <-slept; serr != nil {
+			t.Fatalf("DEBUG SLEEP: %v", serr)
+		}
+		if ok || err == nil {
+			if try == 3 {
+				t.Fatal("the acquisition was answered in 3 tries: the server did not stall")
+			}
+			continue
+		}
+		if closed != nil {
+			t.Fatalf("Close = %v; the give-back had two seconds for a 0.6 s stall", closed)
+		}
+		if v, err := admin.Get(ctx, "stalled-close").Result(); err != redis.Nil {
+			t.Fatalf("the key holds %q (%v) after Close returned", v, err)
+		}
+		return
+	}
+}

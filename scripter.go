@@ -100,42 +100,55 @@ const abandonedFor = time.Minute
 // at once when now is set, else in the background; a try that gets no
 // answer (the server stalled, the network failed) is made again in the
 // background, with backoff, until one is answered or id's lease would be
-// over. Each try is bounded by selfReleaseTimeout, whatever ctx does.
+// over; when the Locker closes meanwhile, within Close's two seconds, and
+// Close reports a failure. Each try is bounded by selfReleaseTimeout,
+// whatever ctx does.
 func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.Duration, now bool) {
 	ctx = context.WithoutCancel(ctx)
-	if now && !rl.tryLetGo(ctx, id, abandon) {
-		return
+	var err error
+	if now {
+		if err = rl.tryLetGo(ctx, id, abandon); err == nil {
+			return
+		}
 	}
 	end := time.Now().Add(lease)
 	rl.locker.spawn(func() {
-		var wait time.Duration
+		closing := rl.locker.closed
 		for n := 1; ; n++ {
-			if now || n > 1 {
-				wait = retryBackoff(lease/3, n)
+			if wait := retryBackoff(lease/3, n); err != nil {
 				if time.Now().Add(wait).After(end) {
-					logx.Errorf("redislock: releasing %q (owner %s) failed until its lease would be over: it expires with it", rl.key, id)
-					return
+					break
 				}
 				select {
 				case <-time.After(wait):
-				case <-rl.locker.closed:
-					return
+				case <-closing: // Close: the last tries, within its time
+					closing = nil
+					if budget := time.Now().Add(selfReleaseTimeout); budget.Before(end) {
+						end = budget
+					}
 				}
 			}
-			if !rl.tryLetGo(ctx, id, abandon) {
+			if err = rl.tryLetGo(ctx, id, abandon); err == nil {
 				return
 			}
+		}
+		err = opErr("release", rl.key, err)
+		logx.Errorf("redislock: %s; it expires with its lease", bare(err))
+		if closing == nil {
+			rl.locker.failed(err)
 		}
 	})
 }
 
-// tryLetGo makes one try of letGo, and reports whether it went unanswered.
-func (rl *RedisLock) tryLetGo(ctx context.Context, id string, abandon time.Duration) (again bool) {
+// tryLetGo makes one try of letGo, and returns its error if it went
+// unanswered.
+func (rl *RedisLock) tryLetGo(ctx context.Context, id string, abandon time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, selfReleaseTimeout)
 	defer cancel()
 	_, err := rl.release(ctx, id, abandon)
 	if err != nil && !ambiguous(err) {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
+		return nil
 	}
-	return err != nil && ambiguous(err)
+	return err
 }
