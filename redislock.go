@@ -169,7 +169,9 @@ func (rl *RedisLock) Acquire() (bool, error) {
 
 // AcquireCtx makes one attempt to take the lock. It reports true, nil when
 // the lock was taken, or re-entered by this RedisLock; false, nil when
-// another owner holds it; and false with an error otherwise. ctx bounds the
+// another owner holds it (a key of another type, written by someone else,
+// counts as held: Inspect tells it by ErrWrongType); and false with an
+// error otherwise. ctx bounds the
 // attempt: an already ended ctx gets an error matching ctx.Err() and no
 // round trip.
 //
