@@ -231,6 +231,35 @@ func TestRealGoZeroInterop(t *testing.T) {
 	}
 }
 
+// stalledAcquire makes an acquisition of a lock of newLock while admin's
+// server sleeps 0.6 s (DEBUG SLEEP), and calls then as soon as it has
+// failed, its reply lost to the stall; the sleep is over when it returns.
+// It fails t when 3 tries in a row were answered.
+func stalledAcquire(t *testing.T, admin *redis.Client, newLock func() *RedisLock, then func()) {
+	t.Helper()
+	ctx := context.Background()
+	for try := 1; try <= 3; try++ {
+		rl := newLock()
+		mustAcquire(t, rl) // the scripts are loaded
+		mustRelease(t, rl)
+		slept := make(chan error, 1)
+		go func() { slept <- admin.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
+		time.Sleep(50 * time.Millisecond) // DEBUG SLEEP is under way
+		ok, err := rl.AcquireCtx(ctx)
+		if !ok && err != nil {
+			then()
+		}
+		if serr := <-slept; serr != nil {
+			t.Fatalf("DEBUG SLEEP: %v", serr)
+		}
+		if !ok && err != nil {
+			return
+		}
+		mustRelease(t, rl)
+	}
+	t.Fatal("the acquisition was answered in 3 tries: the server did not stall")
+}
+
 // TestRealStalledAcquisitionLeavesNoOrphan: an acquisition that times out on
 // a stalled server, whose give-back times out too, leaves no orphan: the
 // give-back is tried again, with backoff, until it is answered. (Issue 17,
@@ -241,29 +270,10 @@ func TestRealStalledAcquisitionLeavesNoOrphan(t *testing.T) {
 	admin := srv.Client(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
-	ctx := context.Background()
 	rl := NewRedisLock(FromGoRedis(c), "stalled", WithExpiry(5*time.Second))
-	mustAcquire(t, rl) // the scripts are loaded
-	mustRelease(t, rl)
-	for try := 1; ; try++ {
-		slept := make(chan error, 1)
-		go func() { slept <- admin.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
-		time.Sleep(50 * time.Millisecond) // DEBUG SLEEP is under way
-		ok, err := rl.AcquireCtx(ctx)
-		if serr := <-slept; serr != nil {
-			t.Fatalf("DEBUG SLEEP: %v", serr)
-		}
-		if ok || err == nil {
-			mustRelease(t, rl)
-			if try == 3 {
-				t.Fatal("the acquisition was answered in 3 tries: the server did not stall")
-			}
-			continue
-		}
-		break
-	}
+	stalledAcquire(t, admin, func() *RedisLock { return rl }, func() {})
 	waitGiveBacks(rl)
-	if v, err := admin.Get(ctx, "stalled").Result(); err != redis.Nil {
+	if v, err := admin.Get(context.Background(), "stalled").Result(); err != redis.Nil {
 		t.Fatalf("the key holds %q (%v) after the give-back", v, err)
 	}
 	mustAcquire(t, rl)
@@ -280,32 +290,17 @@ func TestRealCloseDuringAStalledGiveBack(t *testing.T) {
 	admin := srv.Client(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
-	ctx := context.Background()
-	for try := 1; ; try++ {
-		l := NewLocker(FromGoRedis(c))
-		rl := l.NewLock("stalled-close", WithExpiry(5*time.Second))
-		mustAcquire(t, rl) // the scripts are loaded
-		mustRelease(t, rl)
-		slept := make(chan error, 1)
-		go func() { slept <- admin.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
-		time.Sleep(50 * time.Millisecond) // DEBUG SLEEP is under way
-		ok, err := rl.AcquireCtx(ctx)
-		closed := l.Close()
-		if serr := <-slept; serr != nil {
-			t.Fatalf("DEBUG SLEEP: %v", serr)
-		}
-		if ok || err == nil {
-			if try == 3 {
-				t.Fatal("the acquisition was answered in 3 tries: the server did not stall")
-			}
-			continue
-		}
-		if closed != nil {
-			t.Fatalf("Close = %v; the give-back had two seconds for a 0.6 s stall", closed)
-		}
-		if v, err := admin.Get(ctx, "stalled-close").Result(); err != redis.Nil {
-			t.Fatalf("the key holds %q (%v) after Close returned", v, err)
-		}
-		return
+	var l *Locker
+	newLock := func() *RedisLock {
+		l = NewLocker(FromGoRedis(c))
+		return l.NewLock("stalled-close", WithExpiry(5*time.Second))
+	}
+	var closed error
+	stalledAcquire(t, admin, newLock, func() { closed = l.Close() })
+	if closed != nil {
+		t.Fatalf("Close = %v; the give-back had two seconds for a 0.6 s stall", closed)
+	}
+	if v, err := admin.Get(context.Background(), "stalled-close").Result(); err != redis.Nil {
+		t.Fatalf("the key holds %q (%v) after Close returned", v, err)
 	}
 }
