@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	zredis "github.com/zeromicro/go-zero/core/stores/redis"
+	"go.uber.org/goleak"
 
 	"github.com/redislock/redislock/internal/redisserver"
 )
@@ -302,5 +303,25 @@ func TestRealCloseDuringAStalledGiveBack(t *testing.T) {
 	}
 	if v, err := admin.Get(context.Background(), "stalled-close").Result(); err != redis.Nil {
 		t.Fatalf("the key holds %q (%v) after Close returned", v, err)
+	}
+}
+
+// TestClosedClientLeavesNothingRunning: an acquisition through a closed
+// client was never sent, so there is nothing to give back: no give-back is
+// left retrying in the background. (A closed client's error counted as
+// ambiguous, and its give-back retried for a lease after the CLI closed
+// its client.)
+func TestClosedClientLeavesNothingRunning(t *testing.T) {
+	_, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "closed-client")
+	mustAcquire(t, rl)
+	mustRelease(t, rl)
+	before := goleak.IgnoreCurrent()
+	_ = c.Close()
+	if ok, err := rl.Acquire(); ok || !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("Acquire through a closed client = %v, %v", ok, err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("after an acquisition never sent: %v", err)
 	}
 }
