@@ -1,6 +1,10 @@
 package redislock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Errors returned by this package; match them with errors.Is.
 var (
@@ -43,3 +47,20 @@ var (
 	// and found it held by another owner.
 	ErrHeldByOther = errors.New("redislock: held by another owner")
 )
+
+// opErr is err from operation op on key: "redislock: op "key": err",
+// with the "redislock: " of a sentinel error said once.
+func opErr(op, key string, err error) error {
+	return &opError{op: op, key: key, err: err}
+}
+
+type opError struct {
+	op, key string
+	err     error
+}
+
+func (e *opError) Error() string {
+	return fmt.Sprintf("redislock: %s %q: %s", e.op, e.key, strings.TrimPrefix(e.err.Error(), "redislock: "))
+}
+
+func (e *opError) Unwrap() error { return e.err }

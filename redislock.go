@@ -74,9 +74,6 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 			opt(&o)
 		}
 	}
-	if g, ok := s.(goRedis); ok && !o.pubsubSet {
-		o.pubsub, _ = g.c.(Subscriber) // wake-ups through the same client
-	}
 	name := key
 	key = o.prefix + key
 	abandoned := relatedName(key, "abandoned")
@@ -117,6 +114,9 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		locker = defaultLocker(s, o.clock)
 	}
 	rl.locker, rl.clock, rl.store = locker, locker.clock, &locker.store
+	if !o.pubsubSet {
+		rl.pubsub = rl.store.sub // wake-ups through the same client, if it has pub/sub
+	}
 	rl.expiry.Store(int64(o.expiry))
 	return rl
 }
@@ -354,4 +354,24 @@ func (rl *RedisLock) Err() error {
 		return nil
 	}
 	return rl.cur.err
+}
+
+// lockOp takes the token of the calls that talk to Redis, within ctx.
+func (rl *RedisLock) lockOp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case rl.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (rl *RedisLock) unlockOp() { <-rl.op }
+
+// lockerClosed reports whether rl's Locker was closed.
+func (rl *RedisLock) lockerClosed() bool {
+	return rl.locker.isClosed()
 }

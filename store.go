@@ -104,6 +104,7 @@ type store struct {
 	pipe   func(context.Context, func(redis.Pipeliner) error) error // nil: no pipelines
 	server func(ctx context.Context, key string) string             // nil: one server, or hidden
 	single bool                                                     // every key on one primary: a script may touch many locks' keys
+	sub    Subscriber                                               // the client's pub/sub; nil for go-zero's store
 }
 
 func newStore(s Scripter) store {
@@ -126,6 +127,7 @@ func newStore(s Scripter) store {
 	}
 	switch s := s.(type) {
 	case goRedis:
+		st.sub, _ = s.c.(Subscriber)
 		if p, ok := s.c.(goRedisPipelines); ok {
 			st.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
 				_, err := p.Pipelined(ctx, fn)

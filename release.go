@@ -3,46 +3,61 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
-// parseAcquire reads the reply of acquire.lua: the fencing token (0 when
-// not fenced) of a taken lock, or -1 and the holder's PTTL.
-func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
-	fenced := rl.fenced()
-	switch v := reply.(type) {
-	case int64:
-		if v < -1 {
-			return 0, 0, fmt.Errorf("%w: PTTL %d", ErrUnexpectedReply, v)
+// releasedOne finishes a ReleaseCtx that gave back an acquisition of h
+// that was not its last, or one of a hold that had ended with endErr.
+// The caller holds rl.op.
+func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
+	rl.mu.Lock()
+	releasing, inFlight := h.selfRelease, h.renewal
+	lastOfEnded := endErr != nil && h.count == 0
+	rl.mu.Unlock()
+	switch {
+	case endErr != nil && releasing != nil:
+		// The watchdog is releasing the key of the hold it ended at
+		// its maximum hold: return once it has.
+		select {
+		case <-releasing:
+		case <-ctx.Done():
 		}
-		return -1, time.Duration(v) * time.Millisecond, nil
-	case string:
-		if v == "OK" && !fenced {
-			return 0, 0, nil
-		}
-	case []any:
-		if len(v) == 2 && v[0] == "OK" && fenced {
-			if t, ok := v[1].(int64); ok && t > 0 {
-				return t, 0, nil
-			}
+	case lastOfEnded && inFlight != nil:
+		// A renewal sent before the hold ended is still in the
+		// network: delete the key if it still holds our id, so that
+		// the renewal finds nothing to extend once we return.
+		if _, err := rl.release(ctx, h.id, 0); err != nil {
+			logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
 		}
 	}
-	return 0, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
 }
 
-// extend verifies that id owns the key and refreshes its lease. It reports
-// false, nil when the key does not hold id: a definite loss.
-func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	c := &call{script: extendScript, keys: rl.acquireKeys[:1], args: []any{id, lease.Milliseconds()}}
-	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
-	codes, err := renewalCodes(c, 1)
-	if err != nil {
-		return false, err
+// releaseLast deletes the key of h, whose last acquisition ReleaseCtx gave
+// back (the hold has ended). The caller holds rl.op.
+func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
+	deleted, err := rl.release(ctx, h.id, 0)
+	switch {
+	case err != nil:
+		rl.leftToExpire(h)
+		rl.countEnd(h, nil)
+		err = opErr("release", rl.key, err)
+	case !deleted:
+		// Someone deleted or took the key while we held it: a loss,
+		// learnt only now. Done is closed already; Err reports it.
+		err = rl.lostErr("release found the key gone or taken")
+		rl.mu.Lock()
+		h.err = err
+		rl.mu.Unlock()
+		rl.countEnd(h, err)
+		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
+	default:
+		rl.countEnd(h, nil)
 	}
-	return codes[0] == 1, nil
+	// A renewal in the network is not waited for: it is owner-checked, and
+	// cannot bring back or extend the deleted key.
+	return err
 }
 
 // release deletes the key if id owns it, and reports true when it did, or
@@ -72,23 +87,6 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 	}
 	return n != 0, nil
 }
-
-// opErr is err from operation op on key: "redislock: op "key": err",
-// with the "redislock: " of a sentinel error said once.
-func opErr(op, key string, err error) error {
-	return &opError{op: op, key: key, err: err}
-}
-
-type opError struct {
-	op, key string
-	err     error
-}
-
-func (e *opError) Error() string {
-	return fmt.Sprintf("redislock: %s %q: %s", e.op, e.key, strings.TrimPrefix(e.err.Error(), "redislock: "))
-}
-
-func (e *opError) Unwrap() error { return e.err }
 
 // abandonedFor is how long an attempt given up is remembered, so that a late
 // run of it cannot take the lock: a lease, and at least this long.

@@ -1,0 +1,158 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// acquire makes a first acquisition. The caller holds rl.op.
+func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
+	id := newID()
+	sent := rl.clock.Now()
+	var token int64
+	var pttl time.Duration
+	var err error
+	if rl.fair() { // taken only if no live waiter is queued
+		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
+	} else {
+		var reply any
+		if reply, err = rl.store.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
+			token, pttl, err = rl.parseAcquire(reply)
+		}
+	}
+	switch {
+	case err != nil:
+		if ambiguous(err) {
+			// The script may have run, its reply lost: the key may hold
+			// this attempt's id, which nobody else has; or it may run
+			// later. Give the id back, for good.
+			rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
+		}
+		return false, 0, opErr("acquire", rl.key, err)
+	case token < 0:
+		return false, pttl, nil // held by another owner
+	case ctx.Err() != nil:
+		// The caller gave up while the lock was being taken: give it back.
+		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
+		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
+	}
+	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
+		rl.letGo(ctx, id, lease, 0, true)
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
+	return true, 0, nil
+}
+
+// reenter counts one more acquisition of a live hold. The caller holds rl.op.
+func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
+	sent := rl.clock.Now()
+	ok, err := rl.extend(ctx, h.id, h.lease)
+	if err != nil {
+		return false, opErr("re-enter", rl.key, err)
+	}
+	rl.mu.Lock()
+	if !ok {
+		err := rl.endLocked(h, rl.lostErr("re-entry found the key gone or taken"))
+		rl.mu.Unlock()
+		return false, err
+	}
+	if !h.live() {
+		// The hold ended while we were extending it: its lease ran out, its
+		// maximum hold came, or its last acquisition was given back by a
+		// ReleaseCtx with an ended context (no round trip, so no turn to
+		// wait for). The key we just extended is no longer ours to keep.
+		err := h.err
+		rl.mu.Unlock()
+		rl.letGo(ctx, h.id, h.lease, 0, true)
+		if err != nil {
+			return false, err
+		}
+		// Released: the release came first, so this is a first acquisition.
+		lease := time.Duration(rl.expiry.Load())
+		if err := validExpiry(lease); err != nil {
+			return false, err
+		}
+		ok, _, err := rl.acquire(ctx, lease)
+		return ok, err
+	}
+	h.count++
+	rl.extendedLocked(h, sent)
+	rl.mu.Unlock()
+	return true, nil
+}
+
+// acquireCtx is AcquireCtx, also returning the holder's remaining lease when
+// another owner holds the lock (negative when its key has no expiry).
+func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
+	if err := rl.lockOp(ctx); err != nil {
+		return false, 0, opErr("acquire", rl.key, err)
+	}
+	defer rl.unlockOp()
+
+	rl.mu.Lock()
+	if h := rl.cur; h != nil && h.count > 0 {
+		if !h.live() {
+			err := h.err
+			rl.mu.Unlock()
+			countAcquire(true, false, err)
+			return false, 0, err
+		}
+		if rl.lockerClosed() {
+			rl.mu.Unlock()
+			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
+		}
+		rl.mu.Unlock()
+		ok, err := rl.reenter(ctx, h)
+		countAcquire(true, ok, err)
+		return ok, 0, err
+	}
+	rl.mu.Unlock()
+	if rl.lockerClosed() {
+		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	}
+
+	lease := time.Duration(rl.expiry.Load())
+	if err := validExpiry(lease); err != nil {
+		return false, 0, err
+	}
+	ok, pttl, err := rl.acquire(ctx, lease)
+	countAcquire(false, ok, err)
+	return ok, pttl, err
+}
+
+// parseAcquire reads the reply of acquire.lua: the fencing token (0 when
+// not fenced) of a taken lock, or -1 and the holder's PTTL.
+func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
+	fenced := rl.fenced()
+	switch v := reply.(type) {
+	case int64:
+		if v < -1 {
+			return 0, 0, fmt.Errorf("%w: PTTL %d", ErrUnexpectedReply, v)
+		}
+		return -1, time.Duration(v) * time.Millisecond, nil
+	case string:
+		if v == "OK" && !fenced {
+			return 0, 0, nil
+		}
+	case []any:
+		if len(v) == 2 && v[0] == "OK" && fenced {
+			if t, ok := v[1].(int64); ok && t > 0 {
+				return t, 0, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+}
+
+// extend verifies that id owns the key and refreshes its lease. It reports
+// false, nil when the key does not hold id: a definite loss.
+func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
+	c := &call{script: extendScript, keys: rl.acquireKeys[:1], args: []any{id, lease.Milliseconds()}}
+	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
+	codes, err := renewalCodes(c, 1)
+	if err != nil {
+		return false, err
+	}
+	return codes[0] == 1, nil
+}
