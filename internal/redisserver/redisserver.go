@@ -88,6 +88,7 @@ func (s *Server) run() error {
 	s.log, s.done = &bytes.Buffer{}, make(chan struct{})
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	s.cmd.SysProcAttr = procAttr()
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
