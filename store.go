@@ -191,6 +191,7 @@ type call struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	tag    any // the caller's
 	reply  any
 	err    error
 }

@@ -231,9 +231,7 @@ func renewBatch(holds []*hold, sent time.Time) {
 	if st.single {
 		group = perScript
 	}
-	var calls []*call
-	var of [][]*hold // the holds of each call, by index
-	index := map[*call]int{}
+	var calls []*call // each tagged with its holds
 	var longest time.Duration
 	for _, h := range holds {
 		h.rl.mu.Lock()
@@ -251,32 +249,28 @@ func renewBatch(holds []*hold, sent time.Time) {
 		case queued:
 			rl := h.rl
 			calls = append(calls, &call{ctx: ctx, script: fairRefreshScript, keys: []string{rl.key, rl.queue, rl.waiters},
-				args: []any{h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease)}})
-			of = append(of, []*hold{h})
+				args: []any{h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease)}, tag: []*hold{h}})
 			continue
-		case last >= 0 && calls[last].script == extendScript && len(of[last]) < group:
+		case last >= 0 && calls[last].script == extendScript && len(calls[last].keys) < group:
 			calls[last].keys = append(calls[last].keys, h.rl.key)
 			calls[last].args = append(calls[last].args, h.id, h.lease.Milliseconds())
-			of[last] = append(of[last], h)
+			calls[last].tag = append(calls[last].tag.([]*hold), h)
 			continue
 		}
-		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: []string{h.rl.key}, args: []any{h.id, h.lease.Milliseconds()}})
-		of = append(of, []*hold{h})
-	}
-	for i, c := range calls {
-		index[c] = i
+		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: []string{h.rl.key},
+			args: []any{h.id, h.lease.Milliseconds()}, tag: []*hold{h}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
 	defer cancel()
-	st.runAll(ctx, calls, func(done []*call) { recordRenewals(done, func(c *call) []*hold { return of[index[c]] }, sent) })
+	st.runAll(ctx, calls, func(done []*call) { recordRenewals(done, sent) })
 }
 
-// recordRenewals records the replies of calls, the renewals of holdsOf each call sent
-// at sent.
-func recordRenewals(calls []*call, holdsOf func(*call) []*hold, sent time.Time) {
+// recordRenewals records the replies of calls, the renewals (or refreshes)
+// of the holds each is tagged with, sent at sent.
+func recordRenewals(calls []*call, sent time.Time) {
 	var renewed, lost, failed float64
 	for _, c := range calls {
-		holds := holdsOf(c)
+		holds := c.tag.([]*hold)
 		codes, err := renewalCodes(c, len(holds))
 		for j, h := range holds {
 			if c.script == fairRefreshScript { // a fair lock's waiter, kept live in its queue
