@@ -12,8 +12,9 @@ import (
 // key's hash slot ordered by a server-side sequence, and a release hands
 // the lock to the first live waiter (fair_release.lua): it sets the key to
 // that waiter's id and publishes it, and the waiter holds the lock from the
-// moment it hears, without a round trip of its own. A waiter is live while
-// its liveness key exists: its process refreshes it every lease/3 through
+// moment it hears, without a round trip of its own. A waiter is live until
+// the time its entry in the waiters' hash names, by the server's clock: its
+// process refreshes it every lease/3 through
 // the Locker's watchdog batches, and it lapses one lease after its process
 // died. A waiter that gives up leaves the queue, and passes the lock on if
 // it was handed to it meanwhile.
@@ -296,14 +297,7 @@ func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
 	}
 }
 
-// refresh keeps h live in its queue (fair_refresh.lua): 2 when the lock was
-// handed to it, 1 when it waits, 0 when it is out of the queue.
-func (rl *RedisLock) refresh(ctx context.Context, h *hold, seq int64) (int64, error) {
-	return rl.store.runInt(ctx, fairRefreshScript, []string{rl.key, rl.queue, rl.waiters},
-		h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease))
-}
-
-// wants is what a waiter's liveness key holds: its lease in ms, and "f"
+// wants is what a waiter's entry holds besides its liveness: its lease in ms, and "f"
 // when it is fenced (see fair_acquire.lua).
 func (rl *RedisLock) wants(lease time.Duration) string {
 	s := strconv.FormatInt(lease.Milliseconds(), 10)
