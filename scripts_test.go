@@ -1,8 +1,12 @@
 package redislock
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +79,147 @@ func TestReleaseLeavesNothingPastTheRetryWindow(t *testing.T) {
 			t.Errorf("left %q behind, TTL %v", k, ttl)
 		}
 	}
+}
+
+// TestScriptsTouchOnlyTheirKeys runs every script, down its busy, handed-
+// over, given-up, renewed and broken paths, against a real redis-server
+// under MONITOR, which shows each command a script runs right after the
+// call that ran it; each of those commands must name a key among that
+// call's KEYS. (TestScriptsDeclareEveryKey reads the scripts; this watches
+// them run.)
+func TestScriptsTouchOnlyTheirKeys(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	conn, err := net.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.ReadString('\n'); err != nil || ok != "+OK\r\n" {
+		t.Fatalf("MONITOR: %q, %v", ok, err)
+	}
+	lines := make(chan string, 1<<16)
+	go func() {
+		defer close(lines)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimRight(l, "\r\n")
+		}
+	}()
+
+	ctx := context.Background()
+	c := srv.Client(t)
+	short := WithExpiry(300 * time.Millisecond)
+	// Plain and fenced: taken, busy, re-entered, renewed, TTL, released,
+	// a given-up attempt, and a release retried.
+	a := NewRedisLock(FromGoRedis(c), "mon:plain", WithFencing(), short)
+	mustAcquire(t, a)
+	if ok, err := NewRedisLock(FromGoRedis(c), "mon:plain").Acquire(); ok || err != nil {
+		t.Fatalf("busy: %v, %v", ok, err)
+	}
+	mustAcquire(t, a)
+	if _, err := a.TTL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	until := a.Until()
+	waitFor(t, 10*time.Second, "a renewal", func() bool { return a.Until().After(until) })
+	mustRelease(t, a)
+	id := holderID(a)
+	mustRelease(t, a)
+	if _, err := a.release(ctx, id, 0); err != nil { // a client's retry
+		t.Fatal(err)
+	}
+	a.letGo(ctx, "given-up", time.Second, time.Minute, true)
+	// Fair and fenced: a waiter refreshed and handed the lock, one that
+	// gives up, Inspect, and a Break that hands the lock on.
+	fair := func() *RedisLock {
+		return NewRedisLock(FromGoRedis(srv.Client(t)), "mon:fair", WithFairness(), WithFencing(), short)
+	}
+	holder, waiter := fair(), fair()
+	mustAcquire(t, holder)
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(ctx) }()
+	waitQueued(t, admin, "mon:fair", 1)
+	queued := admin.HVals(ctx, relatedName("mon:fair", "waiters")).Val()
+	waitFor(t, 10*time.Second, "a refresh of the waiter", func() bool {
+		now := admin.HVals(ctx, relatedName("mon:fair", "waiters")).Val()
+		return len(now) == 1 && len(queued) == 1 && now[0] != queued[0]
+	})
+	quitter, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	if err := fair().AcquireWait(quitter); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("the waiter that gives up: %v", err)
+	}
+	cancel()
+	if _, err := holder.Inspect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	go func() { got <- holder.AcquireWait(ctx) }()
+	waitQueued(t, admin, "mon:fair", 1)
+	if _, err := waiter.Break(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, holder)
+	waiter.Release() // its hold was broken: it reports the loss
+	waitGiveBacks(a)
+	time.Sleep(50 * time.Millisecond) // MONITOR's last lines
+	conn.Close()
+
+	quoted := regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
+	ran := map[string]bool{}
+	var keys map[string]bool
+	var script string
+	checked := 0
+	for l := range lines {
+		var args []string
+		for _, m := range quoted.FindAllStringSubmatch(l, -1) {
+			args = append(args, m[1])
+		}
+		if len(args) == 0 {
+			continue
+		}
+		cmd := strings.ToUpper(args[0])
+		if !strings.Contains(l, " lua] ") {
+			keys, script = nil, ""
+			if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) >= 3 {
+				n, _ := strconv.Atoi(args[2])
+				keys, script = map[string]bool{}, args[1]
+				for _, k := range args[3 : 3+n] {
+					keys[k] = true
+				}
+				ran[script] = true
+			}
+			continue
+		}
+		if keys == nil {
+			t.Errorf("a script's command with no call before it: %s", l)
+			continue
+		}
+		checked++
+		if cmd != "TIME" && cmd != "PUBLISH" && (len(args) < 2 || !keys[args[1]]) {
+			t.Errorf("a script touched a key not in its KEYS: %s", l)
+		}
+	}
+	for s, src := range sources {
+		if !ran[s.Hash()] && !ran[strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(src)] {
+			t.Errorf("a script never ran: %.40q", src)
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d commands run by scripts seen", checked)
+	}
+	t.Logf("%d commands run by %d scripts, each within its call's KEYS", checked, len(sources))
 }
