@@ -67,24 +67,24 @@ var defaultLockers sync.Map
 // life of the process on the real clock, one per lock on another clock (a
 // test's) or for a store that cannot be a map key.
 func defaultLocker(store Scripter, c clock) (l *Locker) {
-	if _, real := c.(realClock); real && !isNil(store) {
-		defer func() {
-			if recover() != nil { // a store that cannot be a map key
-				l = newLocker(store, c, nil)
-				l.shared = true
-			}
-		}()
-		if v, ok := defaultLockers.Load(store); ok {
-			return v.(*Locker)
-		}
-		l = newLocker(store, c, nil)
+	own := func() *Locker {
+		l := newLocker(store, c, nil)
 		l.shared = true
-		v, _ := defaultLockers.LoadOrStore(store, l)
+		return l
+	}
+	if _, real := c.(realClock); !real || isNil(store) {
+		return own()
+	}
+	defer func() {
+		if recover() != nil { // a store that cannot be a map key
+			l = own()
+		}
+	}()
+	if v, ok := defaultLockers.Load(store); ok {
 		return v.(*Locker)
 	}
-	l = newLocker(store, c, nil)
-	l.shared = true
-	return l
+	v, _ := defaultLockers.LoadOrStore(store, own())
+	return v.(*Locker)
 }
 
 // spawn runs f in a goroutine that Close waits for; once Close has

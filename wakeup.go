@@ -182,6 +182,7 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	select {
 	case <-ready:
 	case <-ctx.Done():
+	case <-rl.lockerDone():
 	case <-t.C:
 	}
 	return w
