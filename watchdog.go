@@ -38,6 +38,7 @@ type renewals struct {
 	queue   holdQueue // live holds, earliest deadline first
 	wake    timer     // runs the scheduler; nil until first armed
 	armedAt time.Time // when wake fires; zero when it is not armed
+	lastRun time.Time // when the latest run began
 	runs    int       // runs under way, with their batches
 }
 
@@ -65,9 +66,10 @@ func (q *holdQueue) Pop() any {
 }
 
 // nextDeadline returns when the scheduler must next look at h: its lease
-// deadline, its maximum hold, and its next renewal unless one is in the
-// network or it does not renew. The caller holds h.rl.mu.
-func (h *hold) nextDeadline() time.Time {
+// deadline, its maximum hold, and its next renewal (not before notBefore)
+// unless one is in the network or it does not renew. The caller holds
+// h.rl.mu.
+func (h *hold) nextDeadline(notBefore time.Time) time.Time {
 	if h.state == queued { // only its refresh
 		if h.renewal != nil {
 			return h.nextRenew.Add(h.lease) // its reply reschedules it
@@ -78,18 +80,20 @@ func (h *hold) nextDeadline() time.Time {
 	if m := h.rl.maxHold; m > 0 && h.started.Add(m).Before(at) {
 		at = h.started.Add(m)
 	}
-	if h.state == renewing && h.renewal == nil && h.rl.watchdog && h.nextRenew.Before(at) {
-		at = h.nextRenew
+	if renew := later(h.nextRenew, notBefore); h.state == renewing && h.renewal == nil && h.rl.watchdog && renew.Before(at) {
+		at = renew
 	}
 	return at
 }
 
-// schedule (re)queues h by its next deadline. The caller holds h.rl.mu.
+// schedule (re)queues h by its next deadline. A renewal comes due no sooner
+// than a thirtieth of its lease after the last run, so that holds taken one
+// after another (whose acquisitions waited for a connection, say) share a
+// batch instead of each sending its own. The caller holds h.rl.mu.
 func (s *renewals) schedule(h *hold) {
-	due := h.nextDeadline()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h.due = due
+	h.due = h.nextDeadline(s.lastRun.Add(h.lease / 30))
 	if h.index >= 0 && h.index < len(s.queue) && s.queue[h.index] == h {
 		heap.Fix(&s.queue, h.index)
 	} else {
@@ -156,6 +160,7 @@ func (s *renewals) run() {
 	s.mu.Lock()
 	s.armedAt = time.Time{}
 	now := s.locker.clock.Now()
+	s.lastRun = now
 	var due []*hold
 	for len(s.queue) > 0 && !s.queue[0].due.After(now.Add(s.queue[0].lease/30)) {
 		due = append(due, heap.Pop(&s.queue).(*hold))
@@ -388,4 +393,11 @@ func retryBackoff(interval time.Duration, failures int) time.Duration {
 		d *= 2
 	}
 	return max(min(d, interval/2), time.Millisecond)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

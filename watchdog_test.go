@@ -307,6 +307,77 @@ func TestReleasesDuringBatchDoNotStallTheScheduler(t *testing.T) {
 	requireNoSchedulers(t)
 }
 
+// Acquisitions that each waited past their first renewal (for a connection
+// from a busy pool, say) and arrive one after another share a renewal
+// batch: the first runs the scheduler, and the others come due a thirtieth
+// of their lease later, together, instead of a round trip each.
+func TestOverdueRenewalsShareABatch(t *testing.T) {
+	_, c := newMini(t)
+	for _, script := range []*redis.Script{acquireScript, extendScript} { // no NOSCRIPT, no EVAL
+		if err := script.Load(context.Background(), c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := &acquireGate{open: make(chan struct{})}
+	batches := &pipelineCounter{}
+	c.AddHook(gate)
+	c.AddHook(batches)
+	clk := newFakeClock()
+	l := NewLocker(FromGoRedis(c), withClock(clk))
+	defer l.Close()
+	const n, lease = 20, 3 * time.Second
+	locks := make([]*RedisLock, n)
+	acquired := make(chan struct{}, n)
+	for i := range locks {
+		locks[i] = l.NewLock(fmt.Sprintf("burst:%d", i), WithExpiry(lease))
+		go func() { mustAcquire(t, locks[i]); acquired <- struct{}{} }()
+	}
+	waitFor(t, 10*time.Second, "every acquisition sent", func() bool { return gate.waiting.Load() == n })
+	clk.Advance(lease/3 + 10*time.Millisecond) // every first renewal is overdue now
+	gate.open <- struct{}{}
+	<-acquired
+	waitFor(t, 10*time.Second, "the first hold's renewal", func() bool { return batches.pipelines.Load() == 1 })
+	for range n - 1 {
+		gate.open <- struct{}{}
+		<-acquired
+	}
+	clk.mu.Lock()
+	busy := clk.busy
+	clk.mu.Unlock()
+	if p := batches.pipelines.Load(); p != 1 || busy != 0 {
+		t.Fatalf("%d renewal round trips (%d runs under way) for %d holds arriving overdue: not shared", p, busy, n)
+	}
+	clk.Advance(lease / 30)
+	waitFor(t, 10*time.Second, "the others' renewal", func() bool { return batches.pipelines.Load() == 2 })
+	if cmds := batches.commands.Load(); cmds != 2 {
+		t.Fatalf("%d renewal calls in 2 round trips, want one script call each", cmds)
+	}
+	for _, rl := range locks {
+		mustRelease(t, rl)
+	}
+}
+
+// acquireGate is a go-redis hook that holds every acquisition until the
+// test lets it through.
+type acquireGate struct {
+	waiting atomic.Int64
+	open    chan struct{}
+}
+
+func (g *acquireGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *acquireGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[1] == acquireScript.Hash() {
+			g.waiting.Add(1)
+			<-g.open
+		}
+		return next(ctx, cmd)
+	}
+}
+func (g *acquireGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // holdMany makes n locks of c on prefix:0..n-1 with lease, and acquires
 // them all at once, so that their renewals fall due together.
 func holdMany(t *testing.T, c *redis.Client, prefix string, n int, lease time.Duration) []*RedisLock {
