@@ -29,9 +29,8 @@
 // and a release hands the lock to the first waiter that is still live: it
 // sets the key to that waiter's id and publishes it, and the waiter holds
 // the lock from the moment it hears, without a round trip of its own. Each
-// waiter's process refreshes its liveness every lease/3 with the
-// watchdog's batches; a waiter whose process died lapses after one lease
-// and is skipped. A waiter that gives up leaves the queue, and passes the
+// waiter stays live by attempting at least every lease/3; a waiter whose
+// process died lapses after one lease and is skipped. A waiter that gives up leaves the queue, and passes the
 // lock on if it was handed to it meanwhile. Locks without WithFairness,
 // go-zero's RedisLock and SET NX PX are still excluded, but do not queue:
 // they may take the key while it is free, which happens only when no fair

@@ -86,7 +86,18 @@ func parseHandoff(payload string) (id string, m handoff, ok bool) {
 	return f[0], handoff{seq: int64(seq), token: token, lease: time.Duration(lease) * time.Millisecond}, true
 }
 
-// fairWait is AcquireWait on a fair lock.
+// A fairWaiter is a fair wait's place in the key's queue in Redis.
+type fairWaiter struct {
+	id    string
+	lease time.Duration
+	seq   int64     // its score in the queue; 0 until it has one
+	until time.Time // a lock handed to it now would be valid until then, by our accounting
+	taken bool      // it holds the lock now
+}
+
+// fairWait is AcquireWait on a fair lock. Its attempts keep its waiter live
+// in the queue: it makes one at least every lease/3, and those made only to
+// stay live do not count against the RetryStrategy.
 func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 	// One fair wait per RedisLock at a time: one that comes meanwhile
 	// re-enters the lock the first takes, or queues when it gives up.
@@ -118,27 +129,29 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			return err
 		}
 	}
-	lease := time.Duration(rl.expiry.Load())
-	if err := validExpiry(lease); err != nil {
+	fw := &fairWaiter{id: newID(), lease: time.Duration(rl.expiry.Load())}
+	if err := validExpiry(fw.lease); err != nil {
 		return err
 	}
-	h := rl.newHold(ctx, newID(), lease)
-	h.state = queued
-	h.nudge = make(chan struct{}, 1)
-	w := rl.joinFair(waitCtx, h.id) // subscribed before it queues: no handoff goes unheard
+	w := rl.joinFair(waitCtx, fw.id) // subscribed before it queues: no handoff goes unheard
 	defer func() {
 		w.quit()
-		rl.leaveQueue(ctx, h)
+		if !fw.taken { // out of the queue before the wait returns, passing on a lock handed to it
+			rl.letGo(ctx, fw.id, fw.lease, max(fw.lease, abandonedFor), true)
+		}
 	}()
 
 	next := attemptTimer{clock: rl.clock}
 	defer next.stop()
+	live := false // the timer is only the waiter's refresh: its attempt does not count
 	arm := func(d time.Duration) {
+		live = d > fw.lease/3
+		d = min(d, fw.lease/3)
 		next.arm(d)
 		w.attemptsAt(rl.clock.Now().Add(d))
 	}
 	failures := 0
-	attempt := true
+	attempt, counts := true, true
 	for {
 		switch {
 		case rl.lockerClosed():
@@ -150,7 +163,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		}
 		if m, handed := w.handed(); handed || attempt {
 			attempt = false
-			done, wait, err := rl.fairStep(ctx, h, m)
+			done, wait, err := rl.fairStep(ctx, fw, m)
 			switch {
 			case done && err == nil && ending(ctx):
 				rl.passOn(ctx)
@@ -162,13 +175,16 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			case err != nil:
 				return err
 			}
-			failures++
+			if counts || failures == 0 {
+				failures++
+			}
 			d, err := rl.nextAttempt(failures, wait, w)
 			if err != nil {
 				return err
 			}
 			arm(d)
 		}
+		counts = true
 		select {
 		case <-waitCtx.Done():
 		case <-ctx.Done():
@@ -179,23 +195,21 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 				// no longer than its lease.
 				arm(d)
 			}
-		case <-h.nudge: // a refresh found it handed the lock, or out of the queue
-			attempt = true
 		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended
 			attempt = true
 		case <-rl.lockerDone():
 		case <-next.c():
-			attempt = true
+			attempt, counts = true, !live
 		}
 	}
 }
 
-// fairStep makes one step of the fair wait of h, under rl.op: it re-enters
+// fairStep makes one step of the fair wait of fw, under rl.op: it re-enters
 // a hold that another call of rl took meanwhile, takes over the lock that
-// m (when not nil) handed to h, or makes an attempt that keeps h queued.
+// m (when not nil) handed to fw, or makes an attempt that keeps fw queued.
 // It reports done when the wait is over, err saying how; otherwise, how
 // long to wait before the next attempt.
-func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bool, wait time.Duration, err error) {
+func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
 	if err := rl.lockOp(ctx); err != nil {
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -213,57 +227,41 @@ func (rl *RedisLock) fairStep(ctx context.Context, h *hold, m *handoff) (done bo
 		// the lock, taken by another, is to be waited for again.
 		return ok || err != nil, 0, err
 	}
-	// A handoff counts if it is of h's latest place in the queue, and the
-	// lease it gave is still ahead by our accounting: the key was set
-	// after the latest round trip that found h waiting was sent.
-	if m != nil && m.seq == h.seq && rl.clock.Now().Before(h.until) {
-		rl.mu.Unlock()
-		if !rl.beginHold(h, m.token) {
-			return true, 0, opErr("acquire", rl.key, ErrLockerClosed)
-		}
-		countAcquire(false, true, nil)
-		return true, 0, nil
-	}
 	rl.mu.Unlock()
-
+	// A handoff counts if it is of fw's latest place in the queue, and the
+	// lease it gave is still ahead by our accounting: the key was set
+	// after the latest round trip that found fw waiting was sent.
+	if m != nil && m.seq == fw.seq && rl.clock.Now().Before(fw.until) {
+		return true, 0, rl.takeOver(ctx, fw, m.token, fw.until)
+	}
 	sent := rl.clock.Now()
-	token, wait, seq, err := rl.attemptFair(ctx, h.id, h.lease, h.lease)
-	if err != nil {
+	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
+	switch {
+	case err != nil:
 		countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)
-	}
-	rl.mu.Lock()
-	if token >= 0 {
-		h.until = sent.Add(h.lease - drift(h.lease))
-		rl.mu.Unlock()
-		if !rl.beginHold(h, token) {
-			return true, 0, opErr("acquire", rl.key, ErrLockerClosed)
-		}
-		countAcquire(false, true, nil)
-		return true, 0, nil
+	case token >= 0:
+		return true, 0, rl.takeOver(ctx, fw, token, sent.Add(fw.lease-drift(fw.lease)))
 	}
 	countAcquire(false, false, nil)
-	if seq > 0 { // waiting: a handoff of h comes after this round trip
-		first := h.seq == 0
-		h.seq = seq
-		rl.waitingLocked(h, sent)
-		if first {
-			h.renewals = &rl.locker.renewals
-			h.renewals.schedule(h)
-		}
+	if seq > 0 { // waiting: a handoff to fw comes after this round trip
+		fw.seq = seq
+		fw.until = later(fw.until, sent.Add(fw.lease-drift(fw.lease)))
 	}
-	rl.mu.Unlock()
 	return false, wait, nil
 }
 
-// waitingLocked records that a round trip sent at sent found h waiting in
-// the queue: were the lock handed to h later, it is valid until one lease
-// after sent, by our accounting. The caller holds rl.mu.
-func (rl *RedisLock) waitingLocked(h *hold, sent time.Time) {
-	if until := sent.Add(h.lease - drift(h.lease)); until.After(h.until) {
-		h.until = until
+// takeOver begins the hold of the lock fw was handed or took, valid until
+// until by our accounting.
+func (rl *RedisLock) takeOver(ctx context.Context, fw *fairWaiter, token int64, until time.Time) error {
+	h := rl.newHold(ctx, fw.id, fw.lease)
+	h.until = until
+	if !rl.beginHold(h, token) {
+		return opErr("acquire", rl.key, ErrLockerClosed)
 	}
-	h.nextRenew = sent.Add(h.lease / 3)
+	fw.taken = true
+	countAcquire(false, true, nil)
+	return nil
 }
 
 // passOn gives back the hold that a fair wait took as its context ended:
@@ -278,58 +276,5 @@ func (rl *RedisLock) passOn(ctx context.Context) {
 	defer rl.unlockOp()
 	if h, last, _ := rl.giveBack(); last {
 		_ = rl.releaseLast(releaseCtx, h)
-	}
-}
-
-// leaveQueue ends h if it is still queued, and has its id leave the queue
-// before the wait returns (a round trip, within selfReleaseTimeout),
-// passing the lock on if it was handed to h meanwhile: a process that exits
-// as soon as its wait gives up leaves nothing queued.
-func (rl *RedisLock) leaveQueue(ctx context.Context, h *hold) {
-	rl.mu.Lock()
-	queued := h.state == queued
-	if queued {
-		rl.closeLocked(h, nil)
-	}
-	rl.mu.Unlock()
-	if queued {
-		rl.letGo(ctx, h.id, h.lease, max(h.lease, abandonedFor), true)
-	}
-}
-
-// wants is what a waiter's entry holds besides its liveness: its lease in ms, and "f"
-// when it is fenced (see fair_acquire.lua).
-func (rl *RedisLock) wants(lease time.Duration) string {
-	s := strconv.FormatInt(lease.Milliseconds(), 10)
-	if rl.fenced() {
-		s += "f"
-	}
-	return s
-}
-
-// refreshed records the reply to a refresh of h sent at sent.
-func (rl *RedisLock) refreshed(h *hold, sent time.Time, code int64, err error) {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	h.renewal = nil
-	switch {
-	case !h.live():
-	case h.state != queued: // it took the lock meanwhile
-		h.renewals.schedule(h)
-	case err != nil:
-		h.failures++
-		h.nextRenew = rl.clock.Now().Add(retryBackoff(h.lease/3, h.failures))
-		h.renewals.schedule(h)
-	case code == 1:
-		h.failures = 0
-		rl.waitingLocked(h, sent)
-		h.renewals.schedule(h)
-	default: // handed the lock, or out of the queue: its next attempt says
-		h.nextRenew = sent.Add(h.lease / 3)
-		h.renewals.schedule(h)
-		select {
-		case h.nudge <- struct{}{}:
-		default:
-		}
 	}
 }

@@ -9,8 +9,9 @@
 -- ARGV[1]  the waiter's owner id (random, fresh for every wait)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  the liveness window in ms: how long the waiter stays in the
---          queue without a refresh (fair_refresh.lua); "0" to make one
---          attempt without joining the queue
+--          queue without another call (a waiter calls again at least
+--          every window/3); "0" to make one attempt without joining the
+--          queue
 --
 -- A waiter is live until <until>, in ms of the server's clock; <lease> is
 -- the lease it wants, and "f" says it is fenced (KEYS[5] given): the

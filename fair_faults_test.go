@@ -441,7 +441,7 @@ func TestFaultFairRestartWithWaitersQueued(t *testing.T) {
 // TestFaultFairPubSubKilled: the waiters' pub/sub connections are killed
 // (CLIENT KILL TYPE pubsub) while they are queued, before each release:
 // the waiters still acquire, in their order, learning of the handoff from
-// the resubscription or their refresh.
+// the resubscription or their next attempt (at most lease/3 away).
 func TestFaultFairPubSubKilled(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
@@ -500,7 +500,7 @@ func TestFaultFairPubSubKilled(t *testing.T) {
 	violations += all.unlinearizable(t)
 	recordFault(t, faultRow{
 		Case: "15. fair: pub/sub killed while waiting", Injection: "CLIENT KILL TYPE pubsub before each of 4 releases, lease 1s",
-		Promise: "every waiter acquires, in arrival order, within its refresh (lease/3); history linearizable",
+		Promise: "every waiter acquires, in arrival order, within a third of its lease; history linearizable",
 		Runs:    n, Faults: faults, Violations: violations,
 	})
 }

@@ -590,3 +590,40 @@ func TestFairLongLeaseWaiterKeepsItsPlace(t *testing.T) {
 	}
 	mustRelease(t, late)
 }
+
+// TestFairWaiterStaysLiveOnItsOwnRetries: a fair waiter stays live by
+// attempting every third of its lease; those attempts neither spend its
+// RetryStrategy (two attempts here) nor lose its place to a later waiter.
+func TestFairWaiterStaysLiveOnItsOwnRetries(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	const key = "fair:live"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness(), WithExpiry(5*time.Second))
+	mustAcquire(t, holder)
+	c := srv.Client(t)
+	spied := newSpy(FromGoRedis(c))
+	first := NewRedisLock(spied, key, WithFairness(), WithPubSub(c), WithExpiry(300*time.Millisecond),
+		WithRetry(LimitRetry(FixedRetry(10*time.Millisecond), 2)))
+	got := make(chan error, 2)
+	go func() { got <- first.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 1)
+	time.Sleep(time.Second) // three lapses of its lease, had it not stayed live
+	later := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+	go func() { got <- later.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 2)
+	if n := spied.count(fairAcquireScript); n < 5 {
+		t.Fatalf("the waiter made %d attempts in a second: it did not stay live by attempting", n)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatalf("the first waiter: %v", err)
+	}
+	if first.Holds() != 1 || later.Holds() != 0 {
+		t.Fatalf("handed to the later waiter (first holds %d)", first.Holds())
+	}
+	mustRelease(t, first)
+	if err := <-got; err != nil {
+		t.Fatalf("the later waiter: %v", err)
+	}
+	mustRelease(t, later)
+}

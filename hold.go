@@ -22,11 +22,6 @@ const (
 	expiring
 	// ended: Done is closed; err says why (nil after a release).
 	ended
-	// queued: a waiter of a fair lock, in the key's queue in Redis; the
-	// watchdog keeps it live there. It becomes the lock's current hold
-	// (renewing) when the lock is handed to it or it takes the lock, and
-	// ends without ever being the lock's when its wait gives up.
-	queued
 )
 
 // hold is one tenure of the lock, from a first acquisition to its end.
@@ -54,10 +49,8 @@ type hold struct {
 	keyLeft              bool            // released without deleting the key: left to expire
 	life                 context.Context // made on demand (Do): ends with the hold
 	endLife              context.CancelCauseFunc
-	nextRenew            time.Time     // when its next renewal (queued: refresh) is due
-	failures             int           // renewals failed in a row
-	seq                  int64         // queued: its place in the queue; 0 until it has one
-	nudge                chan struct{} // queued: a refresh found it handed the lock, or out of the queue
+	nextRenew            time.Time // when its next renewal is due
+	failures             int       // renewals failed in a row
 
 	// Guarded by its scheduler's mu.
 	due   time.Time // when the scheduler looks at it next

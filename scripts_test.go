@@ -45,7 +45,7 @@ func scriptSources() map[string]string {
 	return map[string]string{
 		"fence.lua": fenceSource, "acquire.lua": acquireSource, "extend.lua": extendSource,
 		"release.lua": releaseSource, "ttl.lua": ttlSource, "inspect.lua": inspectSource, "break.lua": breakSource,
-		"fair_acquire.lua": fairAcquireSource, "fair_release.lua": fairReleaseSource, "fair_refresh.lua": fairRefreshSource,
+		"fair_acquire.lua": fairAcquireSource, "fair_release.lua": fairReleaseSource,
 	}
 }
 

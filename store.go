@@ -64,8 +64,6 @@ var (
 	fairAcquireSource string
 	//go:embed fair_release.lua
 	fairReleaseSource string
-	//go:embed fair_refresh.lua
-	fairRefreshSource string
 	//go:embed inspect.lua
 	inspectSource string
 	//go:embed break.lua
@@ -79,7 +77,6 @@ var (
 	ttlScript         = redis.NewScript(ttlSource)
 	fairAcquireScript = redis.NewScript(fenceSource + fairAcquireSource)
 	fairReleaseScript = redis.NewScript(fenceSource + fairReleaseSource)
-	fairRefreshScript = redis.NewScript(fairRefreshSource)
 	inspectScript     = redis.NewScript(inspectSource)
 	breakScript       = redis.NewScript(breakSource)
 
@@ -87,8 +84,7 @@ var (
 	sources = map[*redis.Script]string{
 		acquireScript: fenceSource + acquireSource, extendScript: extendSource, releaseScript: releaseSource,
 		ttlScript: ttlSource, fairAcquireScript: fenceSource + fairAcquireSource,
-		fairReleaseScript: fenceSource + fairReleaseSource, fairRefreshScript: fairRefreshSource,
-		inspectScript: inspectSource, breakScript: breakSource,
+		fairReleaseScript: fenceSource + fairReleaseSource, inspectScript: inspectSource, breakScript: breakSource,
 	}
 )
 

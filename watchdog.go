@@ -70,12 +70,6 @@ func (q *holdQueue) Pop() any {
 // unless one is in the network or it does not renew. The caller holds
 // h.rl.mu.
 func (h *hold) nextDeadline(notBefore time.Time) time.Time {
-	if h.state == queued { // only its refresh
-		if h.renewal != nil {
-			return h.nextRenew.Add(h.lease) // its reply reschedules it
-		}
-		return h.nextRenew
-	}
 	at := h.until
 	if m := h.rl.maxHold; m > 0 && h.started.Add(m).Before(at) {
 		at = h.started.Add(m)
@@ -203,11 +197,6 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 	switch {
 	case !h.live():
 		return false
-	case h.state == queued:
-		if h.renewal == nil && !h.nextRenew.After(now.Add(h.lease/30)) {
-			h.renewal = inFlight
-			renew = true
-		}
 	case rl.maxHold > 0 && !now.Before(h.started.Add(rl.maxHold)):
 		rl.maxHoldReachedLocked(h)
 		return false
@@ -222,8 +211,8 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 	return renew
 }
 
-// renewBatch renews holds, all of one Locker, sent at sent, and refreshes
-// the fair waiters among them (a call each), and records each reply:
+// renewBatch renews holds, all of one Locker, sent at sent, and records
+// each reply:
 // renewed; gone or taken (that hold ends with ErrLockLost); or an error
 // (retried with backoff). On a single primary one script renews up to
 // perScript holds, which costs the server and the client less than a call
@@ -240,7 +229,7 @@ func renewBatch(holds []*hold, sent time.Time) {
 	var longest time.Duration
 	for _, h := range holds {
 		h.rl.mu.Lock()
-		queued, seq, left := h.state == queued, h.seq, max(h.until.Sub(sent), time.Millisecond)
+		left := max(h.until.Sub(sent), time.Millisecond)
 		h.rl.mu.Unlock()
 		longest = max(longest, left)
 		ctx := h.parent // a call of its own (no pipelines) is bounded by its lease deadline too
@@ -249,14 +238,7 @@ func renewBatch(holds []*hold, sent time.Time) {
 			ctx, cancel = context.WithTimeout(ctx, left)
 			defer cancel()
 		}
-		last := len(calls) - 1
-		switch {
-		case queued:
-			rl := h.rl
-			calls = append(calls, &call{ctx: ctx, script: fairRefreshScript, keys: []string{rl.key, rl.queue, rl.waiters},
-				args: []any{h.id, h.lease.Milliseconds(), seq, rl.wants(h.lease)}, tag: []*hold{h}})
-			continue
-		case last >= 0 && calls[last].script == extendScript && len(calls[last].keys) < group:
+		if last := len(calls) - 1; last >= 0 && len(calls[last].keys) < group {
 			calls[last].keys = append(calls[last].keys, h.rl.key)
 			calls[last].args = append(calls[last].args, h.id, h.lease.Milliseconds())
 			calls[last].tag = append(calls[last].tag.([]*hold), h)
@@ -270,18 +252,14 @@ func renewBatch(holds []*hold, sent time.Time) {
 	st.runAll(ctx, calls, func(done []*call) { recordRenewals(done, sent) })
 }
 
-// recordRenewals records the replies of calls, the renewals (or refreshes)
-// of the holds each is tagged with, sent at sent.
+// recordRenewals records the replies of calls, the renewals of the holds
+// each is tagged with, sent at sent.
 func recordRenewals(calls []*call, sent time.Time) {
 	var renewed, lost, failed float64
 	for _, c := range calls {
 		holds := c.tag.([]*hold)
 		codes, err := renewalCodes(c, len(holds))
 		for j, h := range holds {
-			if c.script == fairRefreshScript { // a fair lock's waiter, kept live in its queue
-				h.rl.refreshed(h, sent, codes[j], err)
-				continue
-			}
 			switch {
 			case err != nil:
 				failed++
@@ -308,25 +286,21 @@ func recordRenewals(calls []*call, sent time.Time) {
 // keeps the server busy for about a tenth of a millisecond.
 const perScript = 100
 
-// renewalCodes reads the reply of a renewal call of n holds (each 0 or 1)
-// or of a refresh (0, 1 or 2): n codes, all 0 with an error.
+// renewalCodes reads the reply of a renewal call of n holds: n codes, each
+// 0 or 1, all 0 with an error.
 func renewalCodes(c *call, n int) ([]int64, error) {
 	codes := make([]int64, n)
 	if c.err != nil {
 		return codes, c.err
 	}
 	values, ok := c.reply.([]any)
-	most := int64(1)
-	if c.script == fairRefreshScript {
-		values, ok, most = []any{c.reply}, true, 2
-	}
 	if !ok || len(values) != n {
 		return codes, fmt.Errorf("%w: %T %.64v where %d codes were due", ErrUnexpectedReply, c.reply, c.reply, n)
 	}
 	for i := range codes {
 		code, isInt := values[i].(int64)
-		if !isInt || code < 0 || code > most {
-			return make([]int64, n), fmt.Errorf("%w: %.64v where 0 to %d was due", ErrUnexpectedReply, values[i], most)
+		if !isInt || code < 0 || code > 1 {
+			return make([]int64, n), fmt.Errorf("%w: %.64v where 0 or 1 was due", ErrUnexpectedReply, values[i])
 		}
 		codes[i] = code
 	}
