@@ -133,7 +133,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 	if err := validExpiry(fw.lease); err != nil {
 		return err
 	}
-	w := rl.joinFair(waitCtx, fw.id) // subscribed before it queues: no handoff goes unheard
+	w := rl.join(waitCtx, fw.id) // subscribed before it queues: no handoff goes unheard
 	defer func() {
 		w.quit()
 		if !fw.taken { // out of the queue before the wait returns, passing on a lock handed to it
@@ -152,6 +152,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 	}
 	failures := 0
 	attempt, counts := true, true
+	var m *handoff // a handoff to fw, heard
 	for {
 		switch {
 		case rl.lockerClosed():
@@ -161,9 +162,9 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		case ending(waitCtx):
 			return rl.gaveUp(waitCtx)
 		}
-		if m, handed := w.handed(); handed || attempt {
-			attempt = false
+		if attempt || m != nil {
 			done, wait, err := rl.fairStep(ctx, fw, m)
+			attempt, m = false, nil
 			switch {
 			case done && err == nil && ending(ctx):
 				rl.passOn(ctx)
@@ -189,8 +190,8 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 		case <-waitCtx.Done():
 		case <-ctx.Done():
 		case <-w.wake(): // a handoff, or a release that handed nothing on
-			attempt = w.takeAttempt()
-			if d := w.takeNewHolder(); d > 0 && !attempt {
+			var d time.Duration
+			if m, attempt, d = w.news(); d > 0 && !attempt && m == nil {
 				// Handed to another waiter: its key, unreleased, lives
 				// no longer than its lease.
 				arm(d)

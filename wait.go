@@ -68,7 +68,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 	if !first {
 		// Others of this process wait for the key already: queue behind
 		// them rather than barge in at a release.
-		w = rl.joinWait(waitCtx)
+		w = rl.join(waitCtx, "")
 	}
 
 	failures := 0
@@ -109,7 +109,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 				// Subscribe now, and attempt again as soon as the
 				// subscription is confirmed: a release between the two
 				// attempts cannot go unheard.
-				w = rl.joinWait(waitCtx)
+				w = rl.join(waitCtx, "")
 				continue
 			}
 			arm(d)

@@ -131,20 +131,11 @@ func (rl *RedisLock) ofWaiters(what func(c *keyWaiters) bool) bool {
 	return c != nil && what(c)
 }
 
-// joinWait puts an AcquireWait of rl in the queue of rl's channel, opening
-// the client's hub if needed and waiting (within ctx and subscribeWait) for
-// the channel's subscription to be confirmed. It returns nil when rl has no
-// wake-ups.
-func (rl *RedisLock) joinWait(ctx context.Context) *waiter {
-	return rl.join(ctx, "")
-}
-
-// joinFair is joinWait for the waiter id of a fair lock: it waits for
-// handoffs to id, and for releases that hand nothing on.
-func (rl *RedisLock) joinFair(ctx context.Context, id string) *waiter {
-	return rl.join(ctx, id)
-}
-
+// join puts an AcquireWait of rl in the queue of rl's channel (for a fair
+// lock, its waiter id: it waits for handoffs to id, and for releases that
+// hand nothing on), opening the client's hub if needed and waiting (within
+// ctx and subscribeWait) for the channel's subscription to be confirmed. It
+// returns nil when rl has no wake-ups.
 func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	if rl.pubsub == nil {
 		return nil
@@ -465,30 +456,17 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// handed returns the handoff a fair waiter was told of, if any, and
-// forgets it.
-func (w *waiter) handed() (*handoff, bool) {
+// news returns, and forgets, what a fair waiter was told: a handoff to it,
+// whether to attempt, and the lease of a handoff to another waiter.
+func (w *waiter) news() (m *handoff, attempt bool, newHolder time.Duration) {
 	if w == nil {
-		return nil, false
+		return nil, false, 0
 	}
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
-	m := w.handoff
-	w.handoff = nil
-	return m, m != nil
-}
-
-// takeNewHolder returns the lease of the latest handoff to another waiter
-// that w heard of (0 if none), and forgets it.
-func (w *waiter) takeNewHolder() time.Duration {
-	if w == nil {
-		return 0
-	}
-	w.hub.mu.Lock()
-	defer w.hub.mu.Unlock()
-	d := w.newHolder
-	w.newHolder = 0
-	return d
+	m, attempt, newHolder = w.handoff, w.attempt, w.newHolder
+	w.handoff, w.attempt, w.newHolder = nil, false, 0
+	return m, attempt, newHolder
 }
 
 // attemptsAt records when w's timer makes its next attempt.
@@ -499,16 +477,4 @@ func (w *waiter) attemptsAt(at time.Time) {
 	w.hub.mu.Lock()
 	w.attemptAt = at
 	w.hub.mu.Unlock()
-}
-
-// takeAttempt reports whether w was let attempt, and forgets it.
-func (w *waiter) takeAttempt() bool {
-	if w == nil {
-		return false
-	}
-	w.hub.mu.Lock()
-	defer w.hub.mu.Unlock()
-	a := w.attempt
-	w.attempt = false
-	return a
 }
