@@ -97,28 +97,59 @@ type fairWaiter struct {
 
 // fairWait is AcquireWait on a fair lock. Its attempts keep its waiter live
 // in the queue: it makes one at least every lease/3, and those made only to
-// stay live do not count against the RetryStrategy.
+// stay live do not count against the RetryStrategy. The waiter is the
+// RedisLock's: a call that gives up while other calls of the RedisLock wait
+// for their turn leaves it to them, in its place; the last call out takes
+// it out of the queue.
 func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
+	var fw *fairWaiter // this call's place in the queue, once it has one
+	turn := false
+	rl.mu.Lock()
+	rl.fairWaits++
+	rl.mu.Unlock()
+	defer func() {
+		rl.mu.Lock()
+		rl.fairWaits--
+		if fw != nil && !fw.taken {
+			rl.parked = fw // for the next call's turn
+		}
+		last := rl.parked
+		if rl.fairWaits > 0 {
+			last = nil
+		}
+		if last != nil {
+			rl.parked = nil
+		}
+		rl.mu.Unlock()
+		if turn {
+			<-rl.fairTurn
+		}
+		if last != nil { // out of the queue before the wait returns, passing on a lock handed to it
+			rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
+		}
+	}()
 	// One fair wait per RedisLock at a time: one that comes meanwhile
-	// re-enters the lock the first takes, or queues when it gives up.
+	// re-enters the lock the first takes, or waits on in its place.
 	select {
 	case rl.fairTurn <- struct{}{}:
+		turn = true
 	case <-waitCtx.Done():
 		return rl.gaveUp(waitCtx)
 	case <-rl.lockerDone():
 		return opErr("wait for", rl.key, ErrLockerClosed)
 	}
-	defer func() { <-rl.fairTurn }()
+	rl.mu.Lock()
+	fw, rl.parked = rl.parked, nil
+	counting := rl.cur != nil && rl.cur.count > 0 // a re-entry, or a hold that ended
+	rl.mu.Unlock()
 
 	// The first attempt does not queue, so that a free lock costs one
 	// round trip and no subscription; a re-entry or the reason a hold ended
 	// come back as from AcquireCtx. When waiters of this process are
-	// subscribed to the key already, the first attempt is the one that
-	// queues (it takes a free lock all the same).
-	rl.mu.Lock()
-	counting := rl.cur != nil && rl.cur.count > 0 // a re-entry, or a hold that ended
-	rl.mu.Unlock()
-	if counting || !rl.subscribed() {
+	// subscribed to the key already, or this call waits on in the place of
+	// one that gave up, the first attempt is the one that queues (it takes
+	// a free lock all the same).
+	if fw == nil && (counting || !rl.subscribed()) {
 		ok, _, err := rl.acquireCtx(ctx)
 		switch {
 		case ok:
@@ -129,17 +160,15 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			return err
 		}
 	}
-	fw := &fairWaiter{id: newID(), lease: time.Duration(rl.expiry.Load())}
-	if err := validExpiry(fw.lease); err != nil {
-		return err
+	if fw == nil {
+		fw = &fairWaiter{id: newID(), lease: time.Duration(rl.expiry.Load())}
+		if err := validExpiry(fw.lease); err != nil {
+			fw = nil
+			return err
+		}
 	}
 	w := rl.join(waitCtx, fw.id) // subscribed before it queues: no handoff goes unheard
-	defer func() {
-		w.quit()
-		if !fw.taken { // out of the queue before the wait returns, passing on a lock handed to it
-			rl.letGo(ctx, fw.id, fw.lease, max(fw.lease, abandonedFor), true)
-		}
-	}()
+	defer w.quit()
 
 	next := attemptTimer{clock: rl.clock}
 	defer next.stop()

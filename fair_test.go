@@ -627,3 +627,62 @@ func TestFairWaiterStaysLiveOnItsOwnRetries(t *testing.T) {
 	}
 	mustRelease(t, later)
 }
+
+// TestFairPlaceOutlivesTheCallThatGaveUp: the waiter of a RedisLock is
+// the RedisLock's. When the call that queued it gives up while another
+// call of the same RedisLock waits, the other waits on in its place, ahead
+// of a later arrival; the last call out leaves nothing queued.
+func TestFairPlaceOutlivesTheCallThatGaveUp(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	const key = "fair:place"
+	fair := func() *RedisLock { return NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness()) }
+	holder, shared, later := fair(), fair(), fair()
+	mustAcquire(t, holder)
+	ctx1, giveUp := context.WithCancel(context.Background())
+	first, second, third := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() { first <- shared.AcquireWait(ctx1) }()
+	waitQueued(t, admin, key, 1)
+	go func() { second <- shared.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "the second call waiting for its turn", func() bool {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		return shared.fairWaits == 2
+	})
+	go func() { third <- later.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, key, 2)
+	giveUp()
+	if err := <-first; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("the call that gave up: %v", err)
+	}
+	if n := fairQueueLen(t, admin, key); n != 2 {
+		t.Fatalf("%d waiters queued after one call of two gave up, want 2", n)
+	}
+	mustRelease(t, holder)
+	if err := <-second; err != nil {
+		t.Fatalf("the call that waited on: %v", err)
+	}
+	if later.Holds() != 0 {
+		t.Fatal("a later arrival overtook the RedisLock that waited on")
+	}
+	mustRelease(t, shared)
+	if err := <-third; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, later)
+	if n := fairQueueLen(t, admin, key); n != 0 {
+		t.Fatalf("%d waiters left queued", n)
+	}
+
+	// Alone, a call that gives up leaves the queue before it returns.
+	mustAcquire(t, holder)
+	ctx2, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := shared.AcquireWait(ctx2); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("the lone call: %v", err)
+	}
+	if n := fairQueueLen(t, admin, key); n != 0 {
+		t.Fatalf("%d waiters queued after the lone call gave up", n)
+	}
+	mustRelease(t, holder)
+}

@@ -55,8 +55,10 @@ type RedisLock struct {
 	// waits for it within its context.
 	op chan struct{}
 
-	mu  sync.Mutex // guards cur and the fields of holds marked so
-	cur *hold      // the current or most recent hold
+	mu        sync.Mutex  // guards cur, fairWaits, parked and the fields of holds marked so
+	cur       *hold       // the current or most recent hold
+	fairWaits int         // a fair lock's AcquireWait calls under way
+	parked    *fairWaiter // a fair lock's place in the queue, left by a call that gave up to the next
 }
 
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid

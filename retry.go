@@ -9,7 +9,10 @@ import (
 // A RetryStrategy paces the attempts of AcquireWait when no wake-up arrives:
 // without a pub/sub client, while the subscription is down, or when the
 // holder's lease has no expiry. However long it says, the next attempt comes
-// no later than the end of the holder's lease.
+// no later than the end of the holder's lease. Every failed attempt counts,
+// those made when the holder's lease would end included (behind a holder
+// that renews, one comes every lease), except a fair waiter's attempts made
+// only to stay live in its queue.
 type RetryStrategy interface {
 	// Backoff returns how long to wait after n failed attempts (n >= 1),
 	// and false to give up.
@@ -57,7 +60,9 @@ func (e expRetry) Backoff(n int) (time.Duration, bool) {
 	return e.min + rand.N(upper-e.min+1), true
 }
 
-// LimitRetry gives up after attempts attempts, pacing them with s.
+// LimitRetry gives up after attempts failed attempts, however each was
+// woken (see RetryStrategy), pacing them with s. It bounds attempts, not
+// time: to bound a wait's time, use WithWaitTimeout or a context.
 func LimitRetry(s RetryStrategy, attempts int) RetryStrategy {
 	switch {
 	case s == nil:

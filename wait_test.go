@@ -276,3 +276,24 @@ func mustGet(mr interface{ Get(string) (string, error) }, key string) string {
 	v, _ := mr.Get(key)
 	return v
 }
+
+// TestLimitRetryCountsLeaseEndAttempts: LimitRetry bounds attempts, not
+// time, also with wake-ups working: behind a holder that renews, the
+// attempt at the end of each of its leases counts.
+func TestLimitRetryCountsLeaseEndAttempts(t *testing.T) {
+	srv := redisserver.Start(t)
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "limit", WithExpiry(300*time.Millisecond))
+	mustAcquire(t, holder)
+	c := srv.Client(t)
+	spied := newSpy(FromGoRedis(c))
+	waiter := NewRedisLock(spied, "limit", WithPubSub(c), WithRetry(LimitRetry(FixedRetry(time.Hour), 3)))
+	err := waiter.AcquireWait(context.Background())
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("AcquireWait = %v, want ErrNotAcquired after 3 attempts", err)
+	}
+	// The first, the one after subscribing, and one at the holder's lease end.
+	if n := spied.count(acquireScript); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	mustRelease(t, holder)
+}
