@@ -17,7 +17,8 @@ var (
 	// ErrMaxHoldExceeded reports that a hold ended because it reached the
 	// maximum hold time set with WithMaxHold.
 	ErrMaxHoldExceeded = errors.New("redislock: maximum hold time exceeded")
-	// ErrEmptyKey reports an empty lock key.
+	// ErrEmptyKey reports an empty lock key, with or without a WithPrefix
+	// prefix: the key names the lock within its namespace.
 	ErrEmptyKey = errors.New("redislock: empty key")
 	// ErrKeyTooLong reports a key longer than MaxKeyLen bytes.
 	ErrKeyTooLong = errors.New("redislock: key too long")
