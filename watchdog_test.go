@@ -341,11 +341,13 @@ func TestOverdueRenewalsShareABatch(t *testing.T) {
 		gate.open <- struct{}{}
 		<-acquired
 	}
-	clk.mu.Lock()
-	busy := clk.busy
-	clk.mu.Unlock()
-	if p := batches.pipelines.Load(); p != 1 || busy != 0 {
-		t.Fatalf("%d renewal round trips (%d runs under way) for %d holds arriving overdue: not shared", p, busy, n)
+	waitFor(t, 10*time.Second, "no run under way", func() bool {
+		clk.mu.Lock()
+		defer clk.mu.Unlock()
+		return clk.busy == 0
+	})
+	if p := batches.pipelines.Load(); p != 1 {
+		t.Fatalf("%d renewal round trips for %d holds arriving overdue: not shared", p, n)
 	}
 	clk.Advance(lease / 30)
 	waitFor(t, 10*time.Second, "the others' renewal", func() bool { return batches.pipelines.Load() == 2 })
