@@ -282,7 +282,7 @@ func mustGet(mr interface{ Get(string) (string, error) }, key string) string {
 // attempt at the end of each of its leases counts.
 func TestLimitRetryCountsLeaseEndAttempts(t *testing.T) {
 	srv := redisserver.Start(t)
-	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "limit", WithExpiry(300*time.Millisecond))
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "limit", WithExpiry(time.Second))
 	mustAcquire(t, holder)
 	c := srv.Client(t)
 	spied := newSpy(FromGoRedis(c))
