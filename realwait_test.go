@@ -266,3 +266,45 @@ func requireNoSubscribers(t *testing.T, c *redis.Client, channel string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRealWaiterTriesOnceAfterItsSubscriptionHeals: when the pub/sub
+// connection is killed and go-redis resubscribes at once, a waiter makes
+// an attempt for the release it may have missed and then waits on in
+// silence, instead of pacing itself by its RetryStrategy (which spends
+// LimitRetry) until a reconnection backoff is over.
+func TestRealWaiterTriesOnceAfterItsSubscriptionHeals(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "healed", WithExpiry(10*time.Second))
+	mustAcquire(t, holder)
+	c := srv.Client(t)
+	spied := newSpy(FromGoRedis(c))
+	waiter := NewRedisLock(spied, "healed", WithPubSub(c), WithRetry(LimitRetry(FixedRetry(25*time.Millisecond), 6)))
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(context.Background()) }()
+	ctx := context.Background()
+	subscribed := func() bool {
+		n := admin.PubSubNumSub(ctx, waiter.channel).Val()
+		return n[waiter.channel] == 1
+	}
+	waitFor(t, 10*time.Second, "the waiter subscribed, after its two attempts", func() bool {
+		return subscribed() && spied.count(acquireScript) == 2
+	})
+	if n := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n != 1 {
+		t.Fatalf("%d pub/sub connections killed, want 1", n)
+	}
+	waitFor(t, 10*time.Second, "the subscription back", subscribed)
+	select {
+	case err := <-got:
+		t.Fatalf("AcquireWait gave up behind a renewing holder: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := spied.count(acquireScript) - 2; n > 3 {
+		t.Fatalf("%d attempts after the kill, where one or two were due", n)
+	}
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, waiter)
+}

@@ -243,10 +243,13 @@ func (h *hub) read() {
 			}
 			failures++
 			h.dropped(err, failures)
-			select { // go-redis reconnects and resubscribes on the next receive
+			if failures == 1 {
+				continue // go-redis reconnects and resubscribes on the next receive, at once
+			}
+			select { // the server is down, say: back off
 			case <-h.ctx.Done():
 				return
-			case <-time.After(retryBackoff(800*time.Millisecond, failures)):
+			case <-time.After(retryBackoff(800*time.Millisecond, failures-1)):
 			}
 			continue
 		}
