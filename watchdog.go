@@ -225,9 +225,10 @@ func renewBatch(holds []*hold, sent time.Time) {
 	if st.single {
 		group = perScript
 	}
-	var calls []*call // each tagged with its holds
+	var calls []*call
+	var tags [][]*hold // each call's holds
 	var longest time.Duration
-	for _, h := range holds {
+	for i, h := range holds {
 		h.rl.mu.Lock()
 		left := max(h.until.Sub(sent), time.Millisecond)
 		h.rl.mu.Unlock()
@@ -239,13 +240,19 @@ func renewBatch(holds []*hold, sent time.Time) {
 			defer cancel()
 		}
 		if last := len(calls) - 1; last >= 0 && len(calls[last].keys) < group {
-			calls[last].keys = append(calls[last].keys, h.rl.key)
-			calls[last].args = append(calls[last].args, h.id, h.lease.Milliseconds())
-			calls[last].tag = append(calls[last].tag.([]*hold), h)
+			c := calls[last]
+			c.keys = append(c.keys, h.rl.key)
+			c.args = append(c.args, h.id, h.lease.Milliseconds())
+			tags[last] = append(tags[last], h)
 			continue
 		}
-		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: []string{h.rl.key},
-			args: []any{h.id, h.lease.Milliseconds()}, tag: []*hold{h}})
+		n := min(group, len(holds)-i) // sized once: no growing over 100 keys
+		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: append(make([]string, 0, n), h.rl.key),
+			args: append(make([]any, 0, 2*n), h.id, h.lease.Milliseconds())})
+		tags = append(tags, append(make([]*hold, 0, n), h))
+	}
+	for i, c := range calls {
+		c.tag = tags[i]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
 	defer cancel()
