@@ -14,10 +14,10 @@ import (
 // that waiter's id and publishes it, and the waiter holds the lock from the
 // moment it hears, without a round trip of its own. A waiter is live until
 // the time its entry in the waiters' hash names, by the server's clock: its
-// process refreshes it every lease/3 through
-// the Locker's watchdog batches, and it lapses one lease after its process
-// died. A waiter that gives up leaves the queue, and passes the lock on if
-// it was handed to it meanwhile.
+// wait renews it with an attempt at least every lease/3, and it lapses one
+// lease after its process died. A waiter that gives up leaves the queue
+// (unless another call of its RedisLock waits on in its place), and passes
+// the lock on if it was handed to it meanwhile.
 
 // WithFairness makes waits for the lock fair across processes: AcquireWait
 // and Do queue in Redis, and each release hands the lock to the waiter that
