@@ -173,9 +173,8 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 
-	// Every hold ends first, at once; then the keys are released, from a
-	// few goroutines at once, so that a stalled release holds up no other
-	// hold's end.
+	// Every hold ends first, at once; then the keys are released, in one
+	// pipeline per server, so that a stalled release holds up no hold's end.
 	for h, rl := range held {
 		rl.mu.Lock()
 		if !h.live() {
@@ -186,28 +185,23 @@ func (l *Locker) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout) // for them all
 	defer cancel()
-	var mu sync.Mutex
+	calls := make([]*call, 0, len(held))
+	for h, rl := range held {
+		calls = append(calls, rl.releaseCall(ctx, h.id, 0))
+	}
+	var mu sync.Mutex // done runs once per server, at once
 	var errs []error
-	work := make(chan *hold)
-	var wg sync.WaitGroup
-	for range min(len(held), closeWorkers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for h := range work {
-				if err := l.closeHold(ctx, h, held[h]); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
+	l.store.runAll(ctx, calls, func(done []*call) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range done {
+			// A renewal under way is owner-checked: it cannot bring back or
+			// extend the key this deletes, so it is not waited for.
+			if _, err := releaseResult(c); err != nil {
+				errs = append(errs, opErr("release", c.tag.(*RedisLock).key, err))
 			}
-		}()
-	}
-	for h := range held {
-		work <- h
-	}
-	close(work)
-	wg.Wait()
+		}
+	})
 	l.renewals.stop()
 	l.mu.Lock()
 	l.joined = true
@@ -216,19 +210,6 @@ func (l *Locker) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return errors.Join(append(errs, l.late...)...)
-}
-
-// closeWorkers is how many of Close's releases are under way at once.
-const closeWorkers = 32
-
-// closeHold releases the key of h, a hold of rl that Close ended.
-func (l *Locker) closeHold(ctx context.Context, h *hold, rl *RedisLock) error {
-	// A renewal under way is owner-checked: it cannot bring back or extend
-	// the key this deletes, so it is not waited for.
-	if _, err := rl.release(ctx, h.id, 0); err != nil {
-		return opErr("release", rl.key, err)
-	}
-	return nil
 }
 
 // isClosed reports whether Close was called.

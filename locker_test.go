@@ -235,16 +235,19 @@ func requireLockerIdle(t *testing.T, l *Locker) {
 // Found by the fifth black-box review: Close ended its holds one at a time,
 // each after the previous one's release, so with the network stalled,
 // holders went on believing they held for seconds. Every hold now ends
-// before any key is released.
+// before any key is released, and the keys go in one pipeline.
 func TestLockerCloseEndsEveryHoldBeforeReleasing(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
 	l := NewLocker(FromGoRedis(c), WithExpiry(10*time.Second))
 	var locks []*RedisLock
-	for i := range 2 * closeWorkers { // more than Close releases at once
+	for i := range 64 {
 		rl := l.NewLock(fmt.Sprint("close:", i))
 		mustAcquire(t, rl)
 		locks = append(locks, rl)
+	}
+	if err := releaseScript.Load(context.Background(), c).Err(); err != nil { // no NOSCRIPT, no second pipeline
+		t.Fatal(err)
 	}
 	block := &blockingReleases{entered: make(chan struct{}), release: make(chan struct{})}
 	c.AddHook(block)
@@ -260,6 +263,9 @@ func TestLockerCloseEndsEveryHoldBeforeReleasing(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
+	if single, piped := block.single.Load(), block.piped.Load(); single != 0 || piped != 1 {
+		t.Fatalf("Close released in %d calls and %d pipelines, want one pipeline", single, piped)
+	}
 }
 
 // blockingReleases holds every release script call until release is
@@ -267,29 +273,35 @@ func TestLockerCloseEndsEveryHoldBeforeReleasing(t *testing.T) {
 type blockingReleases struct {
 	entered, release chan struct{}
 	once             sync.Once
+	single, piped    atomic.Int64 // calls and pipelines with a release
 }
 
 func (b *blockingReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (b *blockingReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		b.wait([]redis.Cmder{cmd})
+		if b.wait([]redis.Cmder{cmd}) {
+			b.single.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 func (b *blockingReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		b.wait(cmds)
+		if b.wait(cmds) {
+			b.piped.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }
-func (b *blockingReleases) wait(cmds []redis.Cmder) {
+func (b *blockingReleases) wait(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
 		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == releaseSource) {
 			b.once.Do(func() { close(b.entered) })
 			<-b.release
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // Found by the sixth black-box review: with the network stalled, Close took
@@ -299,7 +311,7 @@ func TestLockerCloseReleasesUnderOneDeadline(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
 	l := NewLocker(FromGoRedis(c), WithExpiry(10*time.Second))
-	for i := range 3 * closeWorkers {
+	for i := range 96 {
 		mustAcquire(t, l.NewLock(fmt.Sprint("deadline:", i)))
 	}
 	hook := &releaseDeadlines{seen: map[time.Time]int{}}

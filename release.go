@@ -67,23 +67,32 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 // 10 s, the clients' retry window. With abandon > 0, id is an attempt given up: it is remembered
 // for that long, and a late run of it will not take the lock.
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
-	script := releaseScript
+	c := rl.releaseCall(ctx, id, abandon)
+	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
+	return releaseResult(c)
+}
+
+// releaseCall returns release's script call, tagged with rl.
+func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *call {
+	c := &call{ctx: ctx, script: releaseScript, keys: rl.releaseKeys, args: []any{id, rl.channel}, tag: rl}
 	if rl.fair() { // hands the lock to the next live waiter
-		script = fairReleaseScript
+		c.script = fairReleaseScript
 	}
-	var n int64
-	var err error
 	if abandon > 0 {
-		keys := append(rl.releaseKeys[:len(rl.releaseKeys):len(rl.releaseKeys)], rl.acquireKeys[1])
-		n, err = rl.store.runInt(ctx, script, keys, id, rl.channel, abandon.Milliseconds())
-	} else {
-		n, err = rl.store.runInt(ctx, script, rl.releaseKeys, id, rl.channel)
+		c.keys = append(rl.releaseKeys[:len(rl.releaseKeys):len(rl.releaseKeys)], rl.acquireKeys[1])
+		c.args = append(c.args, abandon.Milliseconds())
 	}
-	switch {
-	case err != nil:
-		return false, err
-	case n < 0 || n > 2:
-		return false, fmt.Errorf("%w: %d where 0, 1 or 2 was due", ErrUnexpectedReply, n)
+	return c
+}
+
+// releaseResult reads the reply of a release call.
+func releaseResult(c *call) (bool, error) {
+	if c.err != nil {
+		return false, c.err
+	}
+	n, ok := c.reply.(int64)
+	if !ok || n < 0 || n > 2 {
+		return false, fmt.Errorf("%w: %T %.64v where 0, 1 or 2 was due", ErrUnexpectedReply, c.reply, c.reply)
 	}
 	return n != 0, nil
 }
