@@ -463,3 +463,72 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, len(ds)*p/100)]
 }
+
+// BenchmarkScheduler measures the renewal scheduler alone, without a
+// network: 10,000 holds of a 3 s lease, taken in ten groups a tenth of a
+// second apart, on a fake clock, through a pipeline that answers every
+// renewal at once. An op is one run of the scheduler (about 2,000
+// renewals); it reports the process's CPU per renewal.
+func BenchmarkScheduler(b *testing.B) {
+	const locks = 10000
+	const lease = 3 * time.Second
+	clk := newFakeClock()
+	l := newLocker(acquiredStore{}, clk, nil)
+	l.store.single = true
+	var renewed atomic.Int64
+	l.store.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+		return fn(renewingPipe{renewed: &renewed})
+	}
+	for j := 0; j < locks; j++ {
+		if ok, err := l.NewLock(fmt.Sprint("held:", j), WithExpiry(lease)).Acquire(); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if j%1000 == 999 {
+			clk.Advance(lease / 30)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	n0, cpu0 := renewed.Load(), processCPU()
+	for i := 0; i < b.N; i++ {
+		clk.Step(b)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(renewed.Load()-n0), "cpu-ns/renewal")
+	b.ReportMetric(float64(renewed.Load()-n0)/float64(b.N), "renewals/op")
+	if err := l.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// acquiredStore takes every lock and releases it.
+type acquiredStore struct{}
+
+func (acquiredStore) ScriptRunCtx(_ context.Context, script *redis.Script, _ []string, _ ...any) (any, error) {
+	if script == acquireScript {
+		return "OK", nil
+	}
+	return int64(1), nil
+}
+
+// renewingPipe answers the calls of a pipeline: each key renewed, each
+// release done.
+type renewingPipe struct {
+	redis.Pipeliner
+	renewed *atomic.Int64
+}
+
+func (p renewingPipe) EvalSha(ctx context.Context, sha string, keys []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	if sha != extendScript.Hash() {
+		cmd.SetVal(int64(1))
+		return cmd
+	}
+	p.renewed.Add(int64(len(keys)))
+	codes := make([]any, len(keys))
+	for i := range codes {
+		codes[i] = int64(1)
+	}
+	cmd.SetVal(codes)
+	return cmd
+}

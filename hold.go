@@ -26,15 +26,16 @@ const (
 
 // hold is one tenure of the lock, from a first acquisition to its end.
 type hold struct {
-	id       string
-	token    int64         // fencing token; 0 without WithFencing
-	lease    time.Duration // fixed for the hold's life
-	started  time.Time     // when the first acquisition was sent
-	parent   context.Context
-	done     chan struct{} // closed when the hold ends
-	unbind   func() bool   // stops the context.AfterFunc on parent
-	rl       *RedisLock
-	renewals *renewals // its scheduler: renewal, lease deadline, maximum hold
+	id        string
+	token     int64         // fencing token; 0 without WithFencing
+	lease     time.Duration // fixed for the hold's life
+	started   time.Time     // when the first acquisition was sent
+	parent    context.Context
+	done      chan struct{} // closed when the hold ends
+	unbind    func() bool   // stops the context.AfterFunc on parent
+	rl        *RedisLock
+	renewals  *renewals // its scheduler: renewal, lease deadline, maximum hold
+	renewArgs [2]any    // id and lease in ms, boxed once for every renewal
 
 	// Guarded by RedisLock.mu.
 	state   holdState

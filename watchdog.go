@@ -233,6 +233,9 @@ func renewBatch(holds []*hold, sent time.Time) {
 		left := max(h.until.Sub(sent), time.Millisecond)
 		h.rl.mu.Unlock()
 		longest = max(longest, left)
+		if h.renewArgs[0] == nil {
+			h.renewArgs = [2]any{h.id, h.lease.Milliseconds()}
+		}
 		ctx := h.parent // a call of its own (no pipelines) is bounded by its lease deadline too
 		if st.pipe == nil {
 			var cancel context.CancelFunc
@@ -242,13 +245,13 @@ func renewBatch(holds []*hold, sent time.Time) {
 		if last := len(calls) - 1; last >= 0 && len(calls[last].keys) < group {
 			c := calls[last]
 			c.keys = append(c.keys, h.rl.key)
-			c.args = append(c.args, h.id, h.lease.Milliseconds())
+			c.args = append(c.args, h.renewArgs[:]...)
 			tags[last] = append(tags[last], h)
 			continue
 		}
 		n := min(group, len(holds)-i) // sized once: no growing over 100 keys
 		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: append(make([]string, 0, n), h.rl.key),
-			args: append(make([]any, 0, 2*n), h.id, h.lease.Milliseconds())})
+			args: append(make([]any, 0, 2*n), h.renewArgs[:]...)})
 		tags = append(tags, append(make([]*hold, 0, n), h))
 	}
 	for i, c := range calls {
