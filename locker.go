@@ -25,7 +25,8 @@ type Locker struct {
 	renewals renewals       // its scheduler: renewals, lease deadlines, maximum holds
 	shared   bool           // a store's default Locker: never closed, tracks no holds
 	closed   chan struct{}  // closed by Close
-	wg       sync.WaitGroup // its goroutines: give-backs, self-releases, hub readers, scheduler runs
+	finished chan struct{}  // closed when Close returns
+	wg       sync.WaitGroup // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
 
 	mu     sync.Mutex
 	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
@@ -54,7 +55,7 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 }
 
 func newLocker(store Scripter, c clock, opts []Option) *Locker {
-	l := &Locker{store: newStore(store), opts: opts, clock: c, closed: make(chan struct{}),
+	l := &Locker{store: newStore(store), opts: opts, clock: c, closed: make(chan struct{}), finished: make(chan struct{}),
 		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
 	l.renewals.locker = l
 	return l
@@ -152,9 +153,11 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // client that honours context deadlines, as go-redis does with
 // ContextTimeoutEnabled). Waits of its locks give up, and their later
 // acquisitions fail, with ErrLockerClosed. It returns once nothing of the
-// Locker runs any more (no renewal, give-back or subscription), with the
-// errors of the releases that failed (those keys expire with their
-// leases). Closing a closed Locker does nothing.
+// Locker runs any more: no renewal, give-back or subscription, and no wait
+// (each has left its fair queue, within two seconds of its own, and an
+// attempt under way has returned); with the errors of the releases that
+// failed (those keys expire with their leases). A Close of a closed Locker
+// returns nil once the first Close has returned.
 func (l *Locker) Close() error {
 	if l == nil || l.closed == nil {
 		return ErrNilStore
@@ -163,10 +166,12 @@ func (l *Locker) Close() error {
 	select {
 	case <-l.closed:
 		l.mu.Unlock()
+		<-l.finished // another Close's
 		return nil
 	default:
 	}
 	close(l.closed)
+	defer close(l.finished)
 	held := make(map[*hold]*RedisLock, len(l.holds))
 	for h, rl := range l.holds {
 		held[h] = rl

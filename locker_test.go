@@ -410,3 +410,123 @@ func TestLockerCloseJoinsEverything(t *testing.T) {
 	mustRelease(t, busy)
 	mustRelease(t, fairBusy)
 }
+
+// Found by the black-box review of round 5: Close returned while the waits
+// of its locks were still on their way out, so their fair waiters stayed
+// queued in Redis (a process that exited then left ghosts a lease long)
+// and their leaving went on after Close. Close now joins the waits: when it
+// returns, every AcquireWait has returned and nothing is queued.
+func TestLockerCloseJoinsItsWaits(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	holder := NewLocker(FromGoRedis(srv.Client(t)))
+	defer holder.Close()
+	l := NewLocker(FromGoRedis(c))
+	const keys, perKey = 10, 3
+	var waiting, returned atomic.Int64
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := fmt.Sprint("joined:", k)
+		mustAcquire(t, holder.NewLock(key, WithFairness()))
+		for i := range perKey {
+			var opts []Option
+			if i == 0 {
+				opts = append(opts, WithFairness())
+			}
+			rl := l.NewLock(key, opts...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				waiting.Add(1)
+				if err := rl.AcquireWait(ctx); !errors.Is(err, ErrLockerClosed) {
+					t.Errorf("wait on %s: %v, want ErrLockerClosed", key, err)
+				}
+				returned.Add(1)
+			}()
+		}
+	}
+	waitFor(t, 10*time.Second, "the waiters to queue", func() bool {
+		n := 0
+		for k := range keys {
+			n += int(c.ZCard(ctx, relatedName(fmt.Sprint("joined:", k), "queue")).Val())
+		}
+		return n == keys && waiting.Load() == keys*perKey
+	})
+	time.Sleep(50 * time.Millisecond) // the plain waiters subscribed too
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := returned.Load(); n != keys*perKey {
+		t.Errorf("Close returned with %d of %d waits returned", n, keys*perKey)
+	}
+	for k := range keys {
+		if n := c.ZCard(ctx, relatedName(fmt.Sprint("joined:", k), "queue")).Val(); n != 0 {
+			t.Errorf("joined:%d: %d waiters still queued when Close returned", k, n)
+		}
+	}
+	wg.Wait()
+	requireLockerIdle(t, l)
+}
+
+// Found by the black-box review of round 5: of two Closes at once, one
+// returned at once, while the other was still ending holds and releasing
+// keys. Each returns once the Locker is closed.
+func TestLockerCloseTwiceAtOnce(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	l := NewLocker(FromGoRedis(c), WithPrefix("twice:"))
+	var locks []*RedisLock
+	for i := range 200 {
+		rl := l.NewLock(fmt.Sprint(i))
+		mustAcquire(t, rl)
+		locks = append(locks, rl)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Close(); err != nil {
+				t.Error(err)
+			}
+			open := 0
+			for _, rl := range locks {
+				if !isClosed(rl.Done()) {
+					open++
+				}
+			}
+			if n := len(c.Keys(context.Background(), "twice:*").Val()); open != 0 || n != 0 {
+				t.Errorf("a Close returned with %d holds live and %d keys left", open, n)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A wait of a closed Locker fails with ErrLockerClosed, fair or not, also
+// when its context has ended (the black-box review of round 5 saw a fair
+// one report the context instead, at random).
+func TestWaitOfClosedLockerReportsIt(t *testing.T) {
+	_, c := newMini(t)
+	l := NewLocker(FromGoRedis(c))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 50 {
+		for _, fair := range []bool{false, true} {
+			var opts []Option
+			if fair {
+				opts = append(opts, WithFairness())
+			}
+			rl := l.NewLock(fmt.Sprint("closed:", i), opts...)
+			for _, ctx := range []context.Context{context.Background(), ended} {
+				if err := rl.AcquireWait(ctx); !errors.Is(err, ErrLockerClosed) {
+					t.Fatalf("fair %v, context ended %v: %v, want ErrLockerClosed", fair, ctx.Err() != nil, err)
+				}
+			}
+		}
+	}
+}

@@ -40,6 +40,10 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
+	if rl.lockerClosed() || !rl.locker.enter() { // Close joins the waits of its locks
+		return opErr("wait for", rl.key, ErrLockerClosed)
+	}
+	defer rl.locker.wg.Done()
 	start := time.Now()
 	err := rl.acquireWait(ctx)
 	countWait(start, err)
@@ -187,8 +191,12 @@ func (a *attemptTimer) c() <-chan time.Time {
 	return a.t.C()
 }
 
-// gaveUp is the error of a wait that ctx cut short.
+// gaveUp is the error of a wait that ctx cut short, or that the Locker's
+// Close ended meanwhile.
 func (rl *RedisLock) gaveUp(ctx context.Context) error {
+	if rl.lockerClosed() {
+		return opErr("wait for", rl.key, ErrLockerClosed)
+	}
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmpOr(ctx.Err(), context.DeadlineExceeded))
 }
 

@@ -433,7 +433,8 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
 		delete(h.chans, w.name)
-		if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
+		if h.locker.isClosed() { // its last waiter closes the subscription
+		} else if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
 			logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
 		}
 	}

@@ -52,7 +52,7 @@ exit statuses:
   64   usage: bad flags or arguments
   65   the key holds something that is not a lock (run, status, break, watch)
   69   Redis unavailable, or it answered an error
-  70   run: the lock was lost while COMMAND ran; COMMAND was stopped (or had exited)
+  70   run: the lock was lost, or -max-hold passed, while COMMAND ran; COMMAND was stopped (or had exited)
   75   run: the lock was busy for all of -wait; break: held by another owner than -owner
   126  run: COMMAND not executable     127  run: COMMAND not found
   128+N  run: COMMAND was killed by signal N; or a signal N ended the wait

@@ -24,7 +24,7 @@ import (
 const (
 	exitUsage       = 64 // bad flags or arguments (EX_USAGE)
 	exitUnavailable = 69 // Redis cannot be reached, or answered an error (EX_UNAVAILABLE)
-	exitLost        = 70 // the lock was lost while the command ran; it was stopped
+	exitLost        = 70 // the lock was lost (or -max-hold passed) while the command ran; it was stopped
 	exitBusy        = 75 // the lock was held by another owner for all of -wait (EX_TEMPFAIL)
 	exitCannotExec  = 126
 	exitNotFound    = 127
@@ -62,11 +62,11 @@ const runUsage = `usage: redislock run [flags] KEY -- COMMAND [ARGS...]
 Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
   64  usage          65  KEY is not a lock       69  Redis unavailable
-  70  lock lost while COMMAND ran                 75  lock busy
+  70  lock lost, or -max-hold passed, while COMMAND ran   75  lock busy
   126 COMMAND not executable                      127 COMMAND not found
   128+N  COMMAND was killed by signal N
 If the lock is lost while COMMAND runs (its key expired, or was deleted by
-"redislock break"), COMMAND gets SIGTERM, then SIGKILL after -grace; if
+"redislock break"), or -max-hold passes, COMMAND gets SIGTERM, then SIGKILL after -grace; if
 COMMAND exited before the loss was known (the release found the key gone
 or taken), redislock exits 70 all the same. SIGINT
 and SIGTERM to redislock are passed on to COMMAND. COMMAND finds the lock's

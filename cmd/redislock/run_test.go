@@ -163,6 +163,28 @@ func TestRunLoss(t *testing.T) {
 	}
 }
 
+// TestRunMaxHold: at -max-hold the command gets SIGTERM, the lock is
+// released, and run exits 70, as its help says (the black-box review of
+// round 5 found the status undocumented).
+func TestRunMaxHold(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	f := marksFile(t)
+	c := newCLI(t, f, "run", "-addr", srv.Addr, "-max-hold", "300ms", "bounded", "--", "sh", "-c",
+		`trap 'echo stopped >> "$F"; kill $!; exit 0' TERM; echo started >> "$F"; sleep 30 & wait`)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMark(t, f, "started")
+	if code := c.code(t); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, c.errOut)
+	}
+	waitMark(t, f, "stopped")
+	if admin.Exists(context.Background(), "bounded").Val() != 0 {
+		t.Fatal("the lock is still held after run exited")
+	}
+}
+
 func TestRunForwardsSignalsAndReleases(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
