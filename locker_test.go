@@ -295,7 +295,7 @@ func (b *blockingReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 func (b *blockingReleases) wait(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
-		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == releaseSource) {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == sources[releaseScript]) {
 			b.once.Do(func() { close(b.entered) })
 			<-b.release
 			return true
@@ -354,7 +354,7 @@ func (r *releaseDeadlines) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // stall reports true, after the context ended, for calls with a release.
 func (r *releaseDeadlines) stall(ctx context.Context, cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
-		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == releaseSource) {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.Hash() || a[1] == sources[releaseScript]) {
 			d, _ := ctx.Deadline()
 			r.mu.Lock()
 			r.seen[d]++

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io/fs"
 	"net"
 	"regexp"
 	"strconv"
@@ -42,11 +43,13 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 
 // scriptSources returns every embedded script by its file name.
 func scriptSources() map[string]string {
-	return map[string]string{
-		"fence.lua": fenceSource, "acquire.lua": acquireSource, "extend.lua": extendSource,
-		"release.lua": releaseSource, "ttl.lua": ttlSource, "inspect.lua": inspectSource, "break.lua": breakSource,
-		"fair_acquire.lua": fairAcquireSource, "fair_release.lua": fairReleaseSource,
+	files, _ := fs.Glob(lua, "*.lua")
+	all := map[string]string{}
+	for _, f := range files {
+		b, _ := lua.ReadFile(f)
+		all[f] = string(b)
 	}
+	return all
 }
 
 // TestReleaseLeavesNothingPastTheRetryWindow: whatever the lease, a

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"

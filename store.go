@@ -2,7 +2,7 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"reflect"
@@ -51,42 +51,36 @@ type Evaler interface {
 	EvalCtx(ctx context.Context, script string, keys []string, args ...any) (any, error)
 }
 
+// lua holds the scripts, a file each, whose headers name their KEYS, ARGV
+// and replies.
+//
+//go:embed *.lua
+var lua embed.FS
+
 var (
-	//go:embed acquire.lua
-	acquireSource string
-	//go:embed extend.lua
-	extendSource string
-	//go:embed release.lua
-	releaseSource string
-	//go:embed ttl.lua
-	ttlSource string
-	//go:embed fair_acquire.lua
-	fairAcquireSource string
-	//go:embed fair_release.lua
-	fairReleaseSource string
-	//go:embed inspect.lua
-	inspectSource string
-	//go:embed break.lua
-	breakSource string
-	//go:embed fence.lua
-	fenceSource string // a function that acquire.lua and the fair scripts share
+	acquireScript     = newScript("fence.lua", "acquire.lua") // fence.lua: a function they share
+	extendScript      = newScript("extend.lua")
+	releaseScript     = newScript("release.lua")
+	ttlScript         = newScript("ttl.lua")
+	fairAcquireScript = newScript("fence.lua", "fair_acquire.lua")
+	fairReleaseScript = newScript("fence.lua", "fair_release.lua")
+	inspectScript     = newScript("inspect.lua")
+	breakScript       = newScript("break.lua")
 
-	acquireScript     = redis.NewScript(fenceSource + acquireSource)
-	extendScript      = redis.NewScript(extendSource)
-	releaseScript     = redis.NewScript(releaseSource)
-	ttlScript         = redis.NewScript(ttlSource)
-	fairAcquireScript = redis.NewScript(fenceSource + fairAcquireSource)
-	fairReleaseScript = redis.NewScript(fenceSource + fairReleaseSource)
-	inspectScript     = redis.NewScript(inspectSource)
-	breakScript       = redis.NewScript(breakSource)
-
-	// sources are the scripts' texts, for EVAL.
-	sources = map[*redis.Script]string{
-		acquireScript: fenceSource + acquireSource, extendScript: extendSource, releaseScript: releaseSource,
-		ttlScript: ttlSource, fairAcquireScript: fenceSource + fairAcquireSource,
-		fairReleaseScript: fenceSource + fairReleaseSource, inspectScript: inspectSource, breakScript: breakSource,
-	}
+	sources = map[*redis.Script]string{} // the scripts' texts, for EVAL
 )
+
+// newScript returns the script made of files, one after another.
+func newScript(files ...string) *redis.Script {
+	var src strings.Builder
+	for _, f := range files {
+		b, _ := lua.ReadFile(f) // embedded: it reads
+		src.Write(b)
+	}
+	s := redis.NewScript(src.String())
+	sources[s] = src.String()
+	return s
+}
 
 // corruptCounterReply starts the error a script replies when a fencing
 // counter holds something other than a number (see fence.lua).

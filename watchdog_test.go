@@ -43,7 +43,7 @@ func isRenewal(cmds []redis.Cmder) bool {
 		return false
 	}
 	switch cmds[0].Args()[1] {
-	case extendScript.Hash(), extendSource:
+	case extendScript.Hash(), sources[extendScript]:
 		return true
 	}
 	return false
