@@ -35,7 +35,7 @@ type hold struct {
 	unbind    func() bool   // stops the context.AfterFunc on parent
 	rl        *RedisLock
 	renewals  *renewals // its scheduler: renewal, lease deadline, maximum hold
-	renewArgs [2]any    // id and lease in ms, boxed once for every renewal
+	renewArgs [2]any    // id and lease in ms, boxed at its first renewal (by its batch, alone) for all
 
 	// Guarded by RedisLock.mu.
 	state   holdState

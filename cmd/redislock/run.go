@@ -62,13 +62,13 @@ const runUsage = `usage: redislock run [flags] KEY -- COMMAND [ARGS...]
 Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
   64  usage          65  KEY is not a lock       69  Redis unavailable
-  70  lock lost, or -max-hold passed, while COMMAND ran   75  lock busy
+  70  lock lost (or -max-hold passed) while COMMAND ran   75  lock busy
   126 COMMAND not executable                      127 COMMAND not found
   128+N  COMMAND was killed by signal N
 If the lock is lost while COMMAND runs (its key expired, or was deleted by
-"redislock break"), or -max-hold passes, COMMAND gets SIGTERM, then SIGKILL after -grace; if
-COMMAND exited before the loss was known (the release found the key gone
-or taken), redislock exits 70 all the same. SIGINT
+"redislock break"), or -max-hold passes, COMMAND gets SIGTERM, then SIGKILL
+after -grace; if COMMAND exited before the loss was known (the release
+found the key gone or taken), redislock exits 70 all the same. SIGINT
 and SIGTERM to redislock are passed on to COMMAND. COMMAND finds the lock's
 owner id in $REDISLOCK_OWNER (what "redislock status" shows and
 "redislock break -owner" takes) and, with -fencing, its token in
