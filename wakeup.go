@@ -433,9 +433,10 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
 		delete(h.chans, w.name)
-		if h.locker.isClosed() { // its last waiter closes the subscription
-		} else if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
-			logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
+		if !h.locker.isClosed() { // else the last waiter out closes the subscription
+			if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
+				logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
+			}
 		}
 	}
 	h.mu.Unlock()
