@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// acquire makes a first acquisition. The caller holds rl.op.
-func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, time.Duration, error) {
+// acquire makes a first acquisition within ctx; the hold it begins has
+// holding as its holding context. The caller holds rl.op.
+func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.clock.Now()
 	var token int64
@@ -37,15 +38,16 @@ func (rl *RedisLock) acquire(ctx context.Context, lease time.Duration) (bool, ti
 		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-	if !rl.startHold(ctx, id, token, lease, sent) { // its Locker closed meanwhile
+	if !rl.startHold(holding, id, token, lease, sent) { // its Locker closed meanwhile
 		rl.letGo(ctx, id, lease, 0, true)
 		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
 	}
 	return true, 0, nil
 }
 
-// reenter counts one more acquisition of a live hold. The caller holds rl.op.
-func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
+// reenter counts one more acquisition of a live hold, as acquire. The
+// caller holds rl.op.
+func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error) {
 	sent := rl.clock.Now()
 	ok, err := rl.extend(ctx, h.id, h.lease)
 	if err != nil {
@@ -73,7 +75,7 @@ func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 		if err := validExpiry(lease); err != nil {
 			return false, err
 		}
-		ok, _, err := rl.acquire(ctx, lease)
+		ok, _, err := rl.acquire(ctx, holding, lease)
 		return ok, err
 	}
 	h.count++
@@ -83,8 +85,9 @@ func (rl *RedisLock) reenter(ctx context.Context, h *hold) (bool, error) {
 }
 
 // acquireCtx is AcquireCtx, also returning the holder's remaining lease when
-// another owner holds the lock (negative when its key has no expiry).
-func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error) {
+// another owner holds the lock (negative when its key has no expiry); its
+// round trips run within ctx, a hold it begins has holding.
+func (rl *RedisLock) acquireCtx(ctx, holding context.Context) (bool, time.Duration, error) {
 	if err := rl.lockOp(ctx); err != nil {
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -103,7 +106,7 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
 		}
 		rl.mu.Unlock()
-		ok, err := rl.reenter(ctx, h)
+		ok, err := rl.reenter(ctx, holding, h)
 		countAcquire(true, ok, err)
 		return ok, 0, err
 	}
@@ -116,7 +119,7 @@ func (rl *RedisLock) acquireCtx(ctx context.Context) (bool, time.Duration, error
 	if err := validExpiry(lease); err != nil {
 		return false, 0, err
 	}
-	ok, pttl, err := rl.acquire(ctx, lease)
+	ok, pttl, err := rl.acquire(ctx, holding, lease)
 	countAcquire(false, ok, err)
 	return ok, pttl, err
 }

@@ -100,7 +100,7 @@ type fairWaiter struct {
 // RedisLock's: a call that gives up while other calls of the RedisLock wait
 // for their turn leaves it to them, in its place; the last call out takes
 // it out of the queue.
-func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
+func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
 	var fw *fairWaiter // this call's place in the queue, once it has one
 	turn := false
 	rl.mu.Lock()
@@ -149,7 +149,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 	// one that gave up, the first attempt is the one that queues (it takes
 	// a free lock all the same).
 	if fw == nil && (counting || !rl.subscribed()) {
-		ok, _, err := rl.acquireCtx(ctx)
+		ok, _, err := rl.acquireCtx(ctx, holding)
 		switch {
 		case ok:
 			return nil
@@ -191,7 +191,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 			return rl.gaveUp(waitCtx)
 		}
 		if attempt || m != nil {
-			done, wait, err := rl.fairStep(ctx, fw, m)
+			done, wait, err := rl.fairStep(ctx, holding, fw, m)
 			attempt, m = false, nil
 			switch {
 			case done && err == nil && ending(ctx):
@@ -238,7 +238,7 @@ func (rl *RedisLock) fairWait(ctx, waitCtx context.Context) error {
 // m (when not nil) handed to fw, or makes an attempt that keeps fw queued.
 // It reports done when the wait is over, err saying how; otherwise, how
 // long to wait before the next attempt.
-func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
+func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
 	if err := rl.lockOp(ctx); err != nil {
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -250,7 +250,7 @@ func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (
 		if !live {
 			return true, 0, endErr
 		}
-		ok, err := rl.reenter(ctx, cur)
+		ok, err := rl.reenter(ctx, holding, cur)
 		countAcquire(true, ok, err)
 		// Not ok without an error: the hold was released meanwhile, and
 		// the lock, taken by another, is to be waited for again.
@@ -261,7 +261,7 @@ func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (
 	// lease it gave is still ahead by our accounting: the key was set
 	// after the latest round trip that found fw waiting was sent.
 	if m != nil && m.seq == fw.seq && rl.clock.Now().Before(fw.until) {
-		return true, 0, rl.takeOver(ctx, fw, m.token, fw.until)
+		return true, 0, rl.takeOver(holding, fw, m.token, fw.until)
 	}
 	sent := rl.clock.Now()
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
@@ -270,7 +270,7 @@ func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (
 		countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)
 	case token >= 0:
-		return true, 0, rl.takeOver(ctx, fw, token, sent.Add(fw.lease-drift(fw.lease)))
+		return true, 0, rl.takeOver(holding, fw, token, sent.Add(fw.lease-drift(fw.lease)))
 	}
 	countAcquire(false, false, nil)
 	if seq > 0 { // waiting: a handoff to fw comes after this round trip
@@ -281,9 +281,9 @@ func (rl *RedisLock) fairStep(ctx context.Context, fw *fairWaiter, m *handoff) (
 }
 
 // takeOver begins the hold of the lock fw was handed or took, valid until
-// until by our accounting.
-func (rl *RedisLock) takeOver(ctx context.Context, fw *fairWaiter, token int64, until time.Time) error {
-	h := rl.newHold(ctx, fw.id, fw.lease)
+// until by our accounting, with holding as its holding context.
+func (rl *RedisLock) takeOver(holding context.Context, fw *fairWaiter, token int64, until time.Time) error {
+	h := rl.newHold(holding, fw.id, fw.lease)
 	h.until = until
 	if !rl.beginHold(h, token) {
 		return opErr("acquire", rl.key, ErrLockerClosed)

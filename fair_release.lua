@@ -26,9 +26,10 @@
 -- Reply: 1 when KEYS[1] held ARGV[1] and was handed on or deleted, and
 --        KEYS[2] holds ARGV[1] for 10 s; 2 when ARGV[1] was released
 --        already (a retry); 0 when KEYS[1] does not hold ARGV[1] and
---        ARGV[1] was not released: a loss. The error
---        REDISLOCK_CORRUPT_COUNTER when KEYS[5] is not a number and the
---        next waiter is fenced: the lock is then deleted, not handed on.
+--        ARGV[1] was not released: a loss. When KEYS[5] is not a number
+--        and the first live waiter is fenced, the lock is deleted and the
+--        release published, not handed on: that waiter stays first, and its
+--        attempt replies REDISLOCK_CORRUPT_COUNTER (fair_acquire.lua).
 if KEYS[6] then
     if type(redis.pcall("SADD", KEYS[6], ARGV[1])) == "number"
         and redis.call("PTTL", KEYS[6]) < tonumber(ARGV[3]) then
@@ -52,20 +53,21 @@ for _ = 1, 10 do
         break
     end
     local live, lease, fenced = string.match(redis.call("HGET", KEYS[4], next[1]) or "", "^(%d+) (%d+)(f?)$")
-    redis.call("HDEL", KEYS[4], next[1])
     if live and tonumber(live) > now and tonumber(lease) > 0 then
-        local token, err = 0, nil
+        local token = 0
         if fenced == "f" then
-            token, err = mint(5, time)
-            if not token then
-                redis.call("DEL", KEYS[1])
-                return err
-            end
+            token = mint(5, time)
         end
+        if not token then -- it stays first; its own attempt tells it why
+            redis.call("ZADD", KEYS[3], next[2], next[1])
+            break
+        end
+        redis.call("HDEL", KEYS[4], next[1])
         redis.call("SET", KEYS[1], next[1], "PX", lease)
         redis.call("PUBLISH", ARGV[2], next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease)
         return 1
     end
+    redis.call("HDEL", KEYS[4], next[1])
 end
 redis.call("DEL", KEYS[1])
 redis.call("PUBLISH", ARGV[2], "")

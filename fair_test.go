@@ -686,3 +686,43 @@ func TestFairPlaceOutlivesTheCallThatGaveUp(t *testing.T) {
 	}
 	mustRelease(t, holder)
 }
+
+// Found by the black-box review of round 6: when the first waiter of a fair
+// lock was fenced and the fencing counter corrupt, the holder's Release
+// reported ErrCorruptFencingCounter although it had released (the key was
+// deleted, Done closed, Err nil), and the fenced waiter was dropped from
+// the queue. Now the release succeeds, the waiter stays first and learns
+// of the counter from its own attempt, and the waiter behind it gets the
+// lock.
+func TestFairReleaseWithCorruptCounterForTheNextWaiter(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "corrupt", WithFairness())
+	mustAcquire(t, holder)
+	fenced := NewRedisLock(FromGoRedis(srv.Client(t)), "corrupt", WithFairness(), WithFencing())
+	plain := NewRedisLock(FromGoRedis(srv.Client(t)), "corrupt", WithFairness())
+	fencedErr, plainErr := make(chan error, 1), make(chan error, 1)
+	go func() { fencedErr <- fenced.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "the fenced waiter to queue", func() bool {
+		return c.ZCard(ctx, relatedName("corrupt", "queue")).Val() == 1
+	})
+	go func() { plainErr <- plain.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "the second waiter to queue", func() bool {
+		return c.ZCard(ctx, relatedName("corrupt", "queue")).Val() == 2
+	})
+	c.Set(ctx, relatedName("corrupt", "fence"), "garbage", 0)
+	if ok, err := holder.Release(); !ok || err != nil {
+		t.Fatalf("Release = %v, %v; want true, nil: the holder released", ok, err)
+	}
+	if err := <-fencedErr; !errors.Is(err, ErrCorruptFencingCounter) {
+		t.Fatalf("the fenced waiter: %v, want ErrCorruptFencingCounter", err)
+	}
+	if err := <-plainErr; err != nil {
+		t.Fatalf("the waiter behind it: %v", err)
+	}
+	if owner := c.Get(ctx, "corrupt").Val(); owner != plain.Owner() {
+		t.Fatalf("the key holds %q, want the second waiter's %q", owner, plain.Owner())
+	}
+	mustRelease(t, plain)
+}

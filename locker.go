@@ -22,11 +22,12 @@ type Locker struct {
 	store    store
 	opts     []Option
 	clock    clock
-	renewals renewals       // its scheduler: renewals, lease deadlines, maximum holds
-	shared   bool           // a store's default Locker: never closed, tracks no holds
-	closed   chan struct{}  // closed by Close
-	finished chan struct{}  // closed when Close returns
-	wg       sync.WaitGroup // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
+	renewals renewals           // its scheduler: renewals, lease deadlines, maximum holds
+	shared   bool               // a store's default Locker: never closed, tracks no holds
+	closing  context.Context    // ends when Close begins
+	shut     context.CancelFunc // ends closing
+	finished chan struct{}      // closed when Close returns
+	wg       sync.WaitGroup     // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
 
 	mu     sync.Mutex
 	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
@@ -55,8 +56,9 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 }
 
 func newLocker(store Scripter, c clock, opts []Option) *Locker {
-	l := &Locker{store: newStore(store), opts: opts, clock: c, closed: make(chan struct{}), finished: make(chan struct{}),
+	l := &Locker{store: newStore(store), opts: opts, clock: c, finished: make(chan struct{}),
 		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
+	l.closing, l.shut = context.WithCancel(context.Background())
 	l.renewals.locker = l
 	return l
 }
@@ -117,7 +119,7 @@ func (l *Locker) enter() bool {
 // the Locker's defaults. As with NewRedisLock, invalid arguments are
 // reported by the first call that needs them.
 func (l *Locker) NewLock(key string, opts ...Option) *RedisLock {
-	if l == nil || l.closed == nil {
+	if l == nil || l.closing == nil {
 		return NewRedisLock(nil, key) // reports ErrNilStore
 	}
 	all := make([]Option, 0, len(l.opts)+len(opts))
@@ -154,23 +156,24 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // ContextTimeoutEnabled). Waits of its locks give up, and their later
 // acquisitions fail, with ErrLockerClosed. It returns once nothing of the
 // Locker runs any more: no renewal, give-back or subscription, and no wait
-// (each has left its fair queue, within two seconds of its own, and an
-// attempt under way has returned); with the errors of the releases that
-// failed (those keys expire with their leases). A Close of a closed Locker
-// returns nil once the first Close has returned.
+// (a wait's call under way ends at the client's timeout for the call, not
+// retried, and a fair wait then leaves its queue within four seconds); with
+// the errors of the releases that failed (those keys expire with their
+// leases). A Close of a closed Locker returns nil once the first Close has
+// returned.
 func (l *Locker) Close() error {
-	if l == nil || l.closed == nil {
+	if l == nil || l.closing == nil {
 		return ErrNilStore
 	}
 	l.mu.Lock()
 	select {
-	case <-l.closed:
+	case <-l.closing.Done():
 		l.mu.Unlock()
 		<-l.finished // another Close's
 		return nil
 	default:
 	}
-	close(l.closed)
+	l.shut()
 	defer close(l.finished)
 	held := make(map[*hold]*RedisLock, len(l.holds))
 	for h, rl := range l.holds {
@@ -218,14 +221,7 @@ func (l *Locker) Close() error {
 }
 
 // isClosed reports whether Close was called.
-func (l *Locker) isClosed() bool {
-	select {
-	case <-l.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Locker) isClosed() bool { return l.closing.Err() != nil }
 
 // track records a live hold of rl; false when the Locker is closed.
 func (l *Locker) track(rl *RedisLock, h *hold) bool {

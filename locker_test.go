@@ -530,3 +530,51 @@ func TestWaitOfClosedLockerReportsIt(t *testing.T) {
 		}
 	}
 }
+
+// Found by the black-box review of round 6: with the server stalled, Close
+// waited for a fair wait's attempt as long as the stall lasted (go-redis
+// retries a call that timed out), and the wait returned the client's i/o
+// timeout. A wait's round trips now end when its Locker closes: go-redis
+// gives up at the end of the call's read timeout, without retrying, and the
+// wait reports ErrLockerClosed. Close returns while the server still
+// sleeps: the attempt's second of read timeout, then the wait's two
+// seconds to leave its queue, and two more to try again.
+func TestLockerCloseCutsAWaitsStalledAttempt(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	holder := NewRedisLock(FromGoRedis(admin), "stalled", WithExpiry(time.Minute))
+	mustAcquire(t, holder)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Second, MaxRetries: 20, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l := NewLocker(FromGoRedis(c))
+	waited := make(chan error, 1)
+	rl := l.NewLock("stalled", WithFairness(), WithExpiry(300*time.Millisecond)) // an attempt every 100 ms
+	go func() { waited <- rl.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+		return admin.ZCard(ctx, relatedName("stalled", "queue")).Val() == 1
+	})
+	slept := make(chan struct{})
+	go func() {
+		defer close(slept)
+		sleeper := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 20 * time.Second, MaxRetries: -1})
+		defer sleeper.Close()
+		_ = sleeper.Do(ctx, "DEBUG", "SLEEP", "10").Err()
+	}()
+	time.Sleep(1500 * time.Millisecond) // an attempt is stuck, and go-redis retries it
+	t0 := time.Now()
+	_ = l.Close() // the queue's leave fails: the server sleeps
+	t.Logf("Close took %v", time.Since(t0))
+	select {
+	case <-slept:
+		t.Error("Close returned only once the server woke up")
+	default:
+	}
+	if err := <-waited; !errors.Is(err, ErrLockerClosed) {
+		t.Errorf("the wait: %v, want ErrLockerClosed", err)
+	}
+	<-slept
+	t.Logf("slept after %v", time.Since(t0))
+	mustRelease(t, holder)
+	t.Logf("released after %v", time.Since(t0))
+}

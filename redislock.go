@@ -189,7 +189,7 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
 	}
-	ok, _, err := rl.acquireCtx(ctx)
+	ok, _, err := rl.acquireCtx(ctx, ctx)
 	return ok, err
 }
 

@@ -120,7 +120,7 @@ func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.D
 	}
 	end := time.Now().Add(lease)
 	rl.locker.spawn(func() {
-		closing := rl.locker.closed
+		closing := rl.locker.closing.Done()
 		for n := 1; ; n++ {
 			if wait := retryBackoff(lease/3, n); err != nil {
 				if time.Now().Add(wait).After(end) {

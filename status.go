@@ -45,7 +45,8 @@ const rememberBreak = time.Minute
 // calls. It counts the waiters of a fair lock whether or not rl itself was
 // made with WithFairness. A key of another type than a string, written by
 // someone else, is reported as an error matching ErrWrongType, a fencing
-// counter that is not a number as ErrCorruptFencingCounter.
+// counter that is not a number as ErrCorruptFencingCounter (a used-up one,
+// at 2^53-1, is a number: Fence reports it, and acquisitions refuse it).
 func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err

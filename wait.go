@@ -50,10 +50,16 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	return err
 }
 
-func (rl *RedisLock) acquireWait(ctx context.Context) error {
+// acquireWait is AcquireWait. Its round trips run within trip: holding,
+// also ended when the Locker closes, so that Close waits for no attempt
+// past the client's timeout of one call; a hold it begins keeps holding.
+func (rl *RedisLock) acquireWait(holding context.Context) error {
 	if err := retryErr(rl.retry); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(holding)
+	defer cancel()
+	defer context.AfterFunc(rl.locker.closing, cancel)()
 	waitCtx := ctx
 	if rl.waitTimeout > 0 {
 		var cancel context.CancelFunc
@@ -61,7 +67,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 		defer cancel()
 	}
 	if rl.fair() {
-		return rl.fairWait(ctx, waitCtx)
+		return rl.fairWait(ctx, holding, waitCtx)
 	}
 	var w *waiter // in the queue of this process's waiters on the key
 	defer func() { w.quit() }()
@@ -94,7 +100,7 @@ func (rl *RedisLock) acquireWait(ctx context.Context) error {
 			first = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
-			ok, pttl, err := rl.acquireCtx(ctx)
+			ok, pttl, err := rl.acquireCtx(ctx, holding)
 			switch {
 			case ok:
 				w.acquired(rl.leaseOfHold())
@@ -264,5 +270,5 @@ func (rl *RedisLock) leaseOfHold() time.Duration {
 
 // lockerDone returns the channel closed by Close of rl's Locker.
 func (rl *RedisLock) lockerDone() <-chan struct{} {
-	return rl.locker.closed
+	return rl.locker.closing.Done()
 }
