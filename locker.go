@@ -156,10 +156,10 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // ContextTimeoutEnabled). Waits of its locks give up, and their later
 // acquisitions fail, with ErrLockerClosed. It returns once nothing of the
 // Locker runs any more: no renewal, give-back or subscription, and no wait
-// (a wait's call under way ends at the client's timeout for the call, not
-// retried, and a fair wait then leaves its queue within four seconds); with
-// the errors of the releases that failed (those keys expire with their
-// leases). A Close of a closed Locker returns nil once the first Close has
+// (a wait's call under way ends at the client's timeout for that call, not
+// retried, and what the wait then gives back, such as a fair wait's place,
+// gets two seconds); with the errors of the releases that failed (those
+// keys expire with their leases). A Close of a closed Locker returns nil once the first Close has
 // returned.
 func (l *Locker) Close() error {
 	if l == nil || l.closing == nil {

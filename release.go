@@ -107,20 +107,28 @@ const abandonedFor = time.Minute
 // at once when now is set, else in the background; a try that gets no
 // answer (the server stalled, the network failed) is made again in the
 // background, with backoff, until one is answered or id's lease would be
-// over; when the Locker closes meanwhile, within Close's two seconds, and
-// Close reports a failure. Each try is bounded by selfReleaseTimeout,
+// over; once the Locker is closing, the tries left get two seconds in all,
+// and Close reports a failure. Each try is bounded by selfReleaseTimeout,
 // whatever ctx does.
 func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.Duration, now bool) {
 	ctx = context.WithoutCancel(ctx)
+	end, closing := time.Now().Add(lease), rl.locker.closing.Done()
+	closed := func() { // Close's two seconds, for the tries left
+		closing = nil
+		if budget := time.Now().Add(selfReleaseTimeout); budget.Before(end) {
+			end = budget
+		}
+	}
+	if rl.lockerClosed() {
+		closed()
+	}
 	var err error
 	if now {
 		if err = rl.tryLetGo(ctx, id, abandon); err == nil {
 			return
 		}
 	}
-	end := time.Now().Add(lease)
 	rl.locker.spawn(func() {
-		closing := rl.locker.closing.Done()
 		for n := 1; ; n++ {
 			if wait := retryBackoff(lease/3, n); err != nil {
 				if time.Now().Add(wait).After(end) {
@@ -128,11 +136,8 @@ func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.D
 				}
 				select {
 				case <-time.After(wait):
-				case <-closing: // Close: the last tries, within its time
-					closing = nil
-					if budget := time.Now().Add(selfReleaseTimeout); budget.Before(end) {
-						end = budget
-					}
+				case <-closing:
+					closed()
 				}
 			}
 			if err = rl.tryLetGo(ctx, id, abandon); err == nil {
