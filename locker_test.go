@@ -578,3 +578,28 @@ func TestLockerCloseCutsAWaitsStalledAttempt(t *testing.T) {
 	mustRelease(t, holder)
 	t.Logf("released after %v", time.Since(t0))
 }
+
+// Found by the black-box review of round 7: a give-back that began once its
+// Locker was closing got two seconds for its first try and two more for
+// the next, so Close took the client's timeout for a wait's call plus four
+// seconds. It now gets two seconds in all: here, one try against a server
+// that never answers.
+func TestGiveBackOnceClosingGetsTwoSecondsInAll(t *testing.T) {
+	var releases atomic.Int64
+	stalled := scripterFunc(func(ctx context.Context, script *redis.Script, _ []string, _ ...any) (any, error) {
+		if script == releaseScript {
+			releases.Add(1)
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	l := NewLocker(stalled)
+	rl := l.NewLock("never-answered")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rl.letGo(context.Background(), "an-attempt", time.Minute, 0, true)
+	if n := releases.Load(); n != 1 {
+		t.Fatalf("%d tries, want 1 within the two seconds", n)
+	}
+}
