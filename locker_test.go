@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redis/go-redis/v9"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -602,4 +603,106 @@ func TestGiveBackOnceClosingGetsTwoSecondsInAll(t *testing.T) {
 	if n := releases.Load(); n != 1 {
 		t.Fatalf("%d tries, want 1 within the two seconds", n)
 	}
+}
+
+// Close racing every call of its locks, on a real redis-server: 16
+// goroutines call Acquire, AcquireWait, Release, TTL, Do and Inspect at
+// random on plain, fenced and fair locks of four keys, and Close comes in
+// the middle. Every error is one the docs give for it; once Close returned,
+// every hold has ended with ErrLockerClosed and every acquisition fails
+// with it; and once the acquisitions are given back, no key of a lock is
+// left but fencing counters.
+func TestLockerCloseRacingEveryCall(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	l := NewLocker(FromGoRedis(c), WithPrefix("race:"), WithExpiry(time.Second))
+	var locks []*RedisLock
+	for i := range 12 {
+		opts := [][]Option{nil, {WithFencing()}, {WithFairness()}}[i%3]
+		locks = append(locks, l.NewLock(fmt.Sprint(i%4), opts...))
+	}
+	expected := func(err error) bool {
+		for _, e := range []error{ErrLockerClosed, ErrNotAcquired, ErrNotHeld, context.DeadlineExceeded, context.Canceled} {
+			if errors.Is(err, e) {
+				return true
+			}
+		}
+		return err == nil
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acquired atomic.Int64
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rl := locks[r.IntN(len(locks))]
+				short, cancel := context.WithTimeout(ctx, time.Duration(r.IntN(30))*time.Millisecond)
+				var err error
+				switch r.IntN(6) {
+				case 0:
+					var ok bool
+					if ok, err = rl.AcquireCtx(short); ok {
+						acquired.Add(1)
+					}
+				case 1:
+					if err = rl.AcquireWait(short); err == nil {
+						acquired.Add(1)
+					}
+				case 2:
+					_, err = rl.Release()
+				case 3:
+					_, err = rl.TTL(short)
+				case 4:
+					err = rl.Do(short, func(context.Context) error { time.Sleep(time.Millisecond); return nil })
+				case 5:
+					_, err = rl.Inspect(short)
+				}
+				cancel()
+				if !expected(err) {
+					t.Errorf("%s: unexpected error %v", rl.Key(), err)
+				}
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, "acquisitions before Close", func() bool { return acquired.Load() >= 20 })
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	for _, rl := range locks {
+		if !isClosed(rl.Done()) || (rl.Err() != nil && !errors.Is(rl.Err(), ErrLockerClosed)) {
+			t.Errorf("%s after Close: Done closed %v, Err %v", rl.Key(), isClosed(rl.Done()), rl.Err())
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the calls go on against the closed Locker
+	close(stop)
+	wg.Wait()
+	for _, rl := range locks {
+		if ok, err := rl.AcquireCtx(ctx); ok || !errors.Is(err, ErrLockerClosed) {
+			t.Errorf("%s: Acquire after Close = %v, %v", rl.Key(), ok, err)
+		}
+		for n := 0; ; n++ { // each acquisition the hold counted, then false, nil
+			ok, err := rl.Release()
+			if !ok && err == nil {
+				break
+			}
+			if ok || !errors.Is(err, ErrLockerClosed) || n > 1000 {
+				t.Fatalf("%s: Release after Close = %v, %v", rl.Key(), ok, err)
+			}
+		}
+	}
+	for _, k := range c.Keys(ctx, "*").Val() {
+		if !strings.HasSuffix(k, "redislock:fence") && !strings.HasSuffix(k, "redislock:last-release") && !strings.HasSuffix(k, "redislock:abandoned") {
+			t.Errorf("left %q after Close and every release", k)
+		}
+	}
+	requireLockerIdle(t, l)
 }
