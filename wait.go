@@ -40,26 +40,32 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
-	if rl.lockerClosed() || !rl.locker.enter() { // Close joins the waits of its locks
-		return opErr("wait for", rl.key, ErrLockerClosed)
+	if l := rl.locker; !l.shared { // Close joins the waits of its locks
+		if l.isClosed() || !l.enter() {
+			return opErr("wait for", rl.key, ErrLockerClosed)
+		}
+		defer l.wg.Done()
 	}
-	defer rl.locker.wg.Done()
 	start := time.Now()
 	err := rl.acquireWait(ctx)
 	countWait(start, err)
 	return err
 }
 
-// acquireWait is AcquireWait. Its round trips run within trip: holding,
-// also ended when the Locker closes, so that Close waits for no attempt
-// past the client's timeout of one call; a hold it begins keeps holding.
+// acquireWait is AcquireWait. Its round trips run within ctx: holding,
+// also ended when a Locker that can close closes, so that Close waits for
+// no call past the client's timeout for it; a hold it begins keeps holding.
 func (rl *RedisLock) acquireWait(holding context.Context) error {
 	if err := retryErr(rl.retry); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(holding)
-	defer cancel()
-	defer context.AfterFunc(rl.locker.closing, cancel)()
+	ctx := holding
+	if !rl.locker.shared {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(holding)
+		defer cancel()
+		defer context.AfterFunc(rl.locker.closing, cancel)()
+	}
 	waitCtx := ctx
 	if rl.waitTimeout > 0 {
 		var cancel context.CancelFunc
