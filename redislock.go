@@ -131,7 +131,7 @@ func (rl *RedisLock) SetExpire(seconds int) {
 	if rl == nil {
 		return
 	}
-	d := time.Duration(-1)
+	d := time.Duration(max(seconds, -1<<31)) * time.Second // negative: the error shows it
 	if seconds >= 0 && seconds <= int(MaxExpiry/time.Second) {
 		d = time.Duration(seconds*millisPerSecond+tolerance) * time.Millisecond
 	} else if seconds > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"strings"
@@ -691,6 +692,11 @@ func TestBadInput(t *testing.T) {
 			rl.SetExpire(-1)
 			return rl
 		}, nil, ErrInvalidExpiry},
+		{"most negative SetExpire", func() *RedisLock {
+			rl := NewRedisLock(store, "k")
+			rl.SetExpire(math.MinInt)
+			return rl
+		}, nil, ErrInvalidExpiry},
 		{"absurd SetExpire", func() *RedisLock {
 			rl := NewRedisLock(store, "k")
 			rl.SetExpire(1 << 62)
@@ -835,5 +841,16 @@ func TestReleaseAfterLossDoesNotWaitForStuckRenewal(t *testing.T) {
 	}
 	if mr.Exists("k") {
 		t.Fatal("the stuck renewal extended the key after Release returned")
+	}
+}
+
+// The black-box review of round 5 found SetExpire(-5) reported as "-1ns is
+// not positive": the error now shows the seconds given.
+func TestNegativeSetExpireSaysWhatWasGiven(t *testing.T) {
+	_, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	rl.SetExpire(-5)
+	if ok, err := rl.Acquire(); ok || !errors.Is(err, ErrInvalidExpiry) || !strings.Contains(err.Error(), "-5s") {
+		t.Fatalf("Acquire after SetExpire(-5) = %v, %v; want ErrInvalidExpiry saying -5s", ok, err)
 	}
 }
