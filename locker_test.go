@@ -454,7 +454,19 @@ func TestLockerCloseJoinsItsWaits(t *testing.T) {
 		}
 		return n == keys && waiting.Load() == keys*perKey
 	})
-	time.Sleep(50 * time.Millisecond) // the plain waiters subscribed too
+	waitFor(t, 10*time.Second, "every wait to be in its hub", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		n := 0
+		for _, h := range l.hubs {
+			h.mu.Lock()
+			for _, kw := range h.chans {
+				n += len(kw.queue) + len(kw.fair)
+			}
+			h.mu.Unlock()
+		}
+		return n == keys*perKey
+	})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
