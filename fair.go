@@ -148,7 +148,7 @@ func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
 	// subscribed to the key already, or this call waits on in the place of
 	// one that gave up, the first attempt is the one that queues (it takes
 	// a free lock all the same).
-	if fw == nil && (counting || !rl.subscribed()) {
+	if _, subscribed := rl.waitersHere(); fw == nil && (counting || !subscribed) {
 		ok, _, err := rl.acquireCtx(ctx, holding)
 		switch {
 		case ok:
@@ -218,11 +218,11 @@ func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
 		case <-waitCtx.Done():
 		case <-ctx.Done():
 		case <-w.wake(): // a handoff, or a release that handed nothing on
-			var d time.Duration
-			if m, attempt, d = w.news(); d > 0 && !attempt && m == nil {
+			_, n := w.read()
+			if m, attempt = n.handoff, n.attempt; n.newHolder > 0 && !attempt && m == nil {
 				// Handed to another waiter: its key, unreleased, lives
 				// no longer than its lease.
-				arm(d)
+				arm(n.newHolder)
 			}
 		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended
 			attempt = true

@@ -87,7 +87,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		w = rl.join(waitCtx, "")
 	}
 
-	failures := 0
+	failures, ticked := 0, false
 	for {
 		if err := rl.endedHoldErr(); err != nil {
 			return err // lost (or the like) and not yet released: say so now
@@ -100,9 +100,10 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		case ending(waitCtx) && !first:
 			return rl.gaveUp(waitCtx)
 		}
-		head, attempt, siblingLease := w.next()
+		head, n := w.read()
 		switch {
-		case head && attempt:
+		case head && (n.attempt || ticked):
+			ticked = false
 			first = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
@@ -129,13 +130,13 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				continue
 			}
 			arm(d)
-		case head && siblingLease > 0:
+		case head && n.sibling > 0:
 			// A waiter of ours holds it now; its release will wake us.
 			if w.subscribed() {
-				arm(siblingLease)
+				arm(n.sibling)
 			} else {
 				d, _ := rl.retry.Backoff(max(failures, 1))
-				arm(min(d, siblingLease))
+				arm(min(d, n.sibling))
 			}
 		}
 
@@ -149,7 +150,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		case <-rl.heldDone(): // a hold of this RedisLock (another goroutine's) ended
 		case <-rl.lockerDone():
 		case <-tick:
-			w.take()
+			ticked = true
 		}
 	}
 }
@@ -252,16 +253,6 @@ func (rl *RedisLock) heldDone() <-chan struct{} {
 		return h.done
 	}
 	return nil
-}
-
-// take lets w attempt: its timer fired.
-func (w *waiter) take() {
-	if w == nil {
-		return
-	}
-	w.hub.mu.Lock()
-	w.attempt = true
-	w.hub.mu.Unlock()
 }
 
 // leaseOfHold returns the lease of the current hold.

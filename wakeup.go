@@ -1,9 +1,11 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,11 +58,10 @@ type hub struct {
 // the state of its release channel's subscription.
 type keyWaiters struct {
 	queue     []*waiter
-	confirmed bool               // the server has confirmed our SUBSCRIBE
-	ready     chan struct{}      // closed when confirmed, or when that is not to be
-	dropped   bool               // the subscription dropped since it was confirmed
-	lease     time.Duration      // of the latest acquisition by one of our waiters
 	fair      map[string]*waiter // waiters of fair locks, by id: each queues in Redis
+	ready     chan struct{}      // closed when confirmed, or when that is not to be
+	confirmed bool               // the server has confirmed our SUBSCRIBE
+	dropped   bool               // the subscription dropped since it was confirmed
 }
 
 // unblock lets the waiters that wait for the subscription go on.
@@ -79,15 +80,20 @@ type waiter struct {
 	name   string
 	id     string // a fair lock's waiter: its id in the queue in Redis
 	rl     *RedisLock
-	notify chan struct{} // cap 1: something changed, look at attempt and siblingHolds
+	notify chan struct{} // cap 1: there is news
 	left   bool          // out of the queue; owned by the waiting goroutine
 
 	// Guarded by hub.mu.
-	attempt      bool          // attempt now: a release was published, or the head left
-	siblingHolds bool          // now the head, after a waiter of ours acquired the lock
-	handoff      *handoff      // a fair waiter's: a release handed it the lock
-	newHolder    time.Duration // a fair waiter's: the lease of a handoff to another waiter
-	attemptAt    time.Time     // a fair waiter's: when its timer makes its next attempt; zero if none
+	news      news
+	attemptAt time.Time // a fair waiter's: when its timer makes its next attempt; zero if none
+}
+
+// news is what a waiter was told since it last looked.
+type news struct {
+	attempt   bool          // attempt now: a release was published, or the head left
+	sibling   time.Duration // now the head, after a waiter of ours acquired the lock with this lease
+	handoff   *handoff      // a fair waiter's: a release handed it the lock
+	newHolder time.Duration // a fair waiter's: the lease of a handoff to another waiter
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -103,32 +109,28 @@ func (rl *RedisLock) hubKey() any {
 // othersWaiting reports whether AcquireWaits in this process queue for
 // rl's key on rl's pub/sub client.
 func (rl *RedisLock) othersWaiting() bool {
-	return rl.ofWaiters(func(c *keyWaiters) bool { return len(c.queue) > 0 })
+	queued, _ := rl.waitersHere()
+	return queued
 }
 
-// subscribed reports whether this process's subscription to rl's channel
-// is confirmed: other waiters wait for the key.
-func (rl *RedisLock) subscribed() bool {
-	return rl.ofWaiters(func(c *keyWaiters) bool { return c.confirmed })
-}
-
-// ofWaiters reports what is of the waiters of rl's key in this process,
-// on rl's pub/sub client; false when there are none.
-func (rl *RedisLock) ofWaiters(what func(c *keyWaiters) bool) bool {
+// waitersHere reports whether AcquireWaits in this process queue for rl's
+// key on rl's pub/sub client (plain locks), and whether their subscription
+// to its channel is confirmed.
+func (rl *RedisLock) waitersHere() (queued, confirmed bool) {
 	if rl.pubsub == nil {
-		return false
+		return false, false
 	}
 	l := rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.hubs[rl.hubKey()]
-	if h == nil {
-		return false
+	if h := l.hubs[rl.hubKey()]; h != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if c := h.chans[rl.channel]; c != nil {
+			return len(c.queue) > 0, c.confirmed
+		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := h.chans[rl.channel]
-	return c != nil && what(c)
+	return false, false
 }
 
 // join puts an AcquireWait of rl in the queue of rl's channel (for a fair
@@ -148,7 +150,7 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	h.mu.Lock()
 	c := h.chans[w.name]
 	if c == nil {
-		c = &keyWaiters{ready: make(chan struct{})}
+		c = &keyWaiters{fair: map[string]*waiter{}, ready: make(chan struct{})}
 		h.chans[w.name] = c
 		h.pending[w.name]++
 		if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
@@ -157,13 +159,10 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 		}
 	}
 	if id != "" {
-		if c.fair == nil {
-			c.fair = map[string]*waiter{}
-		}
 		c.fair[id] = w
 	} else {
 		c.queue = append(c.queue, w)
-		w.attempt = len(c.queue) == 1 // the first in line attempts at once
+		w.news.attempt = len(c.queue) == 1 // the first in line attempts at once
 	}
 	ready := c.ready
 	h.mu.Unlock()
@@ -180,10 +179,9 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 }
 
 // useHub returns rl's hub, opened if need be, counting one more user; nil
-// when the Subscriber gives no PubSub.
+// when the Locker is closed or the Subscriber gives no PubSub.
 func (rl *RedisLock) useHub() *hub {
-	key := rl.hubKey()
-	l := rl.locker
+	key, l := rl.hubKey(), rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hubs[key]
@@ -191,38 +189,23 @@ func (rl *RedisLock) useHub() *hub {
 		if l.joined { // closed: no more goroutines
 			return nil
 		}
-		if h = openHub(l, key, rl.pubsub); h == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		ps := rl.pubsub.Subscribe(ctx)
+		if ps == nil {
+			cancel()
+			logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", rl.pubsub)
 			return nil
 		}
+		h = &hub{locker: l, key: key, ps: ps, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+			chans: map[string]*keyWaiters{}, pending: map[string]int{}}
 		l.hubs[key] = h
+		l.wg.Add(1) // under l.mu: Close has not waited yet
+		go func() {
+			defer l.wg.Done()
+			h.read()
+		}()
 	}
 	h.users++
-	return h
-}
-
-func openHub(l *Locker, key any, s Subscriber) *hub {
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := s.Subscribe(ctx)
-	if ps == nil {
-		cancel()
-		logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", s)
-		return nil
-	}
-	h := &hub{
-		locker:  l,
-		key:     key,
-		ps:      ps,
-		ctx:     ctx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		chans:   map[string]*keyWaiters{},
-		pending: map[string]int{},
-	}
-	l.wg.Add(1) // the caller holds l.mu: Close has not waited yet
-	go func() {
-		defer l.wg.Done()
-		h.read()
-	}()
 	return h
 }
 
@@ -295,32 +278,31 @@ func (h *hub) released(name, payload string) {
 	if c == nil {
 		return
 	}
-	if id, m, ok := parseHandoff(payload); ok {
-		if w := c.fair[id]; w != nil {
-			w.handoff = &m
-			w.give(false, false)
-		}
-		for _, w := range c.fair {
-			// Woken only if the new holder's key, unreleased, would
-			// expire before the waiter's next attempt.
-			if w.id != id && (w.attemptAt.IsZero() || w.rl.clock.Now().Add(m.lease).Before(w.attemptAt)) {
-				w.newHolder = m.lease
-				w.give(false, false)
-			}
-		}
+	id, m, ok := parseHandoff(payload)
+	if !ok {
+		c.wakeHeads()
 		return
 	}
-	c.wakeHeads()
+	for _, w := range c.fair {
+		switch {
+		case w.id == id:
+			w.give(news{handoff: &m})
+		case w.attemptAt.IsZero() || w.rl.clock.Now().Add(m.lease).Before(w.attemptAt):
+			// Woken only if the new holder's key, unreleased, would
+			// expire before the waiter's next attempt.
+			w.give(news{newHolder: m.lease})
+		}
+	}
 }
 
 // wakeHeads lets the head of the queue, and every fair waiter, attempt.
 // The caller holds the hub's mu.
 func (c *keyWaiters) wakeHeads() {
 	if len(c.queue) > 0 {
-		c.queue[0].give(true, false)
+		c.queue[0].give(news{attempt: true})
 	}
 	for _, w := range c.fair {
-		w.give(true, false)
+		w.give(news{attempt: true})
 	}
 }
 
@@ -340,10 +322,13 @@ func (h *hub) dropped(err error, failures int) {
 	}
 }
 
-// give sets w's flags and wakes it. The caller holds w.hub.mu.
-func (w *waiter) give(attempt, siblingHolds bool) {
-	w.attempt = w.attempt || attempt
-	w.siblingHolds = w.siblingHolds || siblingHolds
+// give adds n to w's news and wakes it. The caller holds w.hub.mu.
+func (w *waiter) give(n news) {
+	o := &w.news
+	o.attempt = o.attempt || n.attempt
+	o.sibling = cmp.Or(n.sibling, o.sibling)
+	o.handoff = cmp.Or(n.handoff, o.handoff)
+	o.newHolder = cmp.Or(n.newHolder, o.newHolder)
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -358,24 +343,19 @@ func (w *waiter) wake() <-chan struct{} {
 	return w.notify
 }
 
-// next tells an AcquireWait what to do now: attempt, or, if it has just
-// become the head behind a sibling that holds the lock, how long the
-// sibling's lease is. head is false while others in
-// this process are before it.
-func (w *waiter) next() (head, attempt bool, siblingLease time.Duration) {
+// read returns, and forgets, w's news, and whether w is the head of its
+// queue (a fair waiter never is). Without a waiter, it is the head and
+// attempts.
+func (w *waiter) read() (head bool, n news) {
 	if w == nil {
-		return true, true, 0
+		return true, news{attempt: true}
 	}
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.chans[w.name]
-	head = len(c.queue) > 0 && c.queue[0] == w
-	attempt, w.attempt = w.attempt, false
-	if w.siblingHolds {
-		w.siblingHolds, siblingLease = false, c.lease
-	}
-	return head, attempt, siblingLease
+	q := h.chans[w.name].queue
+	n, w.news = w.news, news{}
+	return len(q) > 0 && q[0] == w, n
 }
 
 // subscribed reports whether w's wake-ups can be counted on.
@@ -388,47 +368,42 @@ func (w *waiter) subscribed() bool {
 	return w.hub.chans[w.name].confirmed
 }
 
+// attemptsAt records when w's timer makes its next attempt.
+func (w *waiter) attemptsAt(at time.Time) {
+	if w == nil {
+		return
+	}
+	w.hub.mu.Lock()
+	w.attemptAt = at
+	w.hub.mu.Unlock()
+}
+
 // acquired takes w out of the queue after it acquired the lock with a lease
 // of lease. The next waiter becomes the head without an attempt: the lock is
 // ours, and its release will publish. If the next waiter shares w's
 // RedisLock, it may attempt: it re-enters at once.
-func (w *waiter) acquired(lease time.Duration) {
-	if w == nil || w.left {
-		return
-	}
-	w.leave(func(c *keyWaiters, next *waiter) {
-		c.lease = lease
-		next.give(next.rl == w.rl, true)
-	})
-}
+func (w *waiter) acquired(lease time.Duration) { w.leave(lease) }
 
 // quit takes w out of the queue without the lock; if it was the head, the
 // next waiter may attempt, so a wake-up meant for w is not lost.
-func (w *waiter) quit() {
+func (w *waiter) quit() { w.leave(0) }
+
+// leave removes w from its queue, telling the new head, if w was the head,
+// that a sibling acquired the lock with lease (0: none did), unsubscribes a
+// channel nobody waits on, and closes the hub when its last waiter leaves.
+func (w *waiter) leave(lease time.Duration) {
 	if w == nil || w.left {
 		return
 	}
-	w.leave(func(_ *keyWaiters, next *waiter) { next.give(true, false) })
-}
-
-// leave removes w from its queue, calling handOver for the new head if w
-// was the head, unsubscribes a channel nobody waits on, and closes the hub
-// when its last waiter leaves.
-func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 	w.left = true
 	h := w.hub
 	h.mu.Lock()
 	c := h.chans[w.name]
-	if w.id != "" {
-		delete(c.fair, w.id)
-	}
-	for i, x := range c.queue {
-		if x == w {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
-			if i == 0 && len(c.queue) > 0 {
-				handOver(c, c.queue[0])
-			}
-			break
+	delete(c.fair, w.id)
+	if i := slices.Index(c.queue, w); i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
+		if next := c.queue; i == 0 && len(next) > 0 {
+			next[0].give(news{attempt: lease == 0 || next[0].rl == w.rl, sibling: lease})
 		}
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
@@ -459,27 +434,4 @@ func (w *waiter) leave(handOver func(c *keyWaiters, next *waiter)) {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// news returns, and forgets, what a fair waiter was told: a handoff to it,
-// whether to attempt, and the lease of a handoff to another waiter.
-func (w *waiter) news() (m *handoff, attempt bool, newHolder time.Duration) {
-	if w == nil {
-		return nil, false, 0
-	}
-	w.hub.mu.Lock()
-	defer w.hub.mu.Unlock()
-	m, attempt, newHolder = w.handoff, w.attempt, w.newHolder
-	w.handoff, w.attempt, w.newHolder = nil, false, 0
-	return m, attempt, newHolder
-}
-
-// attemptsAt records when w's timer makes its next attempt.
-func (w *waiter) attemptsAt(at time.Time) {
-	if w == nil {
-		return
-	}
-	w.hub.mu.Lock()
-	w.attemptAt = at
-	w.hub.mu.Unlock()
 }
