@@ -473,7 +473,7 @@ func BenchmarkScheduler(b *testing.B) {
 	const locks = 10000
 	const lease = 3 * time.Second
 	clk := newFakeClock()
-	l := newLocker(acquiredStore{}, clk, nil)
+	l := newLocker(acquiredStore{}, clk, nil, false)
 	l.store.single = true
 	var renewed atomic.Int64
 	l.store.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {

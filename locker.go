@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 )
 
@@ -52,11 +53,11 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 			opt(&o)
 		}
 	}
-	return newLocker(store, o.clock, opts)
+	return newLocker(store, o.clock, opts, false)
 }
 
-func newLocker(store Scripter, c clock, opts []Option) *Locker {
-	l := &Locker{store: newStore(store), opts: opts, clock: c, finished: make(chan struct{}),
+func newLocker(store Scripter, c clock, opts []Option, shared bool) *Locker {
+	l := &Locker{store: newStore(store), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
 		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
 	l.closing, l.shut = context.WithCancel(context.Background())
 	l.renewals.locker = l
@@ -69,24 +70,14 @@ var defaultLockers sync.Map
 // defaultLocker returns store's default Locker on c: one per store for the
 // life of the process on the real clock, one per lock on another clock (a
 // test's) or for a store that cannot be a map key.
-func defaultLocker(store Scripter, c clock) (l *Locker) {
-	own := func() *Locker {
-		l := newLocker(store, c, nil)
-		l.shared = true
-		return l
+func defaultLocker(store Scripter, c clock) *Locker {
+	if _, real := c.(realClock); !real || isNil(store) || !reflect.ValueOf(store).Comparable() {
+		return newLocker(store, c, nil, true)
 	}
-	if _, real := c.(realClock); !real || isNil(store) {
-		return own()
-	}
-	defer func() {
-		if recover() != nil { // a store that cannot be a map key
-			l = own()
-		}
-	}()
 	if v, ok := defaultLockers.Load(store); ok {
 		return v.(*Locker)
 	}
-	v, _ := defaultLockers.LoadOrStore(store, own())
+	v, _ := defaultLockers.LoadOrStore(store, newLocker(store, c, nil, true))
 	return v.(*Locker)
 }
 

@@ -271,17 +271,18 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if !live {
 		return 0, ErrNotHeld
 	}
-	ms, err := rl.store.runInt(ctx, ttlScript, rl.acquireKeys[:1], h.id)
+	reply, err := rl.store.run(ctx, ttlScript, rl.acquireKeys[:1], h.id)
+	ms, ok := reply.(int64)
 	switch {
 	case err != nil:
 		return 0, opErr("ttl", rl.key, err)
+	case !ok || ms < -2:
+		return 0, opErr("ttl", rl.key, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply))
 	case ms == -2:
 		rl.mu.Lock()
 		err := rl.endLocked(h, rl.lostErr("the key is gone or taken"))
 		rl.mu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
-	case ms < -2:
-		return 0, opErr("ttl", rl.key, fmt.Errorf("%w: %d", ErrUnexpectedReply, ms))
 	}
 	return leaseLeft(ms), nil // -1: no expiry
 }

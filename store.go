@@ -151,19 +151,6 @@ func (st *store) run(ctx context.Context, script *redis.Script, keys []string, a
 	return checkReply(reply, err)
 }
 
-// runInt runs a script whose reply is an integer.
-func (st *store) runInt(ctx context.Context, script *redis.Script, keys []string, args ...any) (int64, error) {
-	reply, err := st.run(ctx, script, keys, args...)
-	if err != nil {
-		return 0, err
-	}
-	n, ok := reply.(int64)
-	if !ok {
-		return 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
-	}
-	return n, nil
-}
-
 func checkReply(reply any, err error) (any, error) {
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
