@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 )
@@ -34,10 +35,10 @@ type Locker struct {
 	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
 	hubs   map[any]*hub         // its wake-up subscriptions, by Subscriber
 	joined bool                 // Close has waited for its goroutines: start no more
-	late   []error              // give-backs that failed after Close began
+	late   []error              // releases that failed after Close began
 }
 
-// failed records a give-back that failed after Close began, for Close to
+// failed records a release that failed after Close began, for Close to
 // return.
 func (l *Locker) failed(err error) {
 	l.mu.Lock()
@@ -166,10 +167,7 @@ func (l *Locker) Close() error {
 	}
 	l.shut()
 	defer close(l.finished)
-	held := make(map[*hold]*RedisLock, len(l.holds))
-	for h, rl := range l.holds {
-		held[h] = rl
-	}
+	held := maps.Clone(l.holds)
 	l.mu.Unlock()
 
 	// Every hold ends first, at once; then the keys are released, in one
@@ -188,27 +186,22 @@ func (l *Locker) Close() error {
 	for h, rl := range held {
 		calls = append(calls, rl.releaseCall(ctx, h.id, 0))
 	}
-	var mu sync.Mutex // done runs once per server, at once
-	var errs []error
 	l.store.runAll(ctx, calls, func(done []*call) {
-		mu.Lock()
-		defer mu.Unlock()
 		for _, c := range done {
 			// A renewal under way is owner-checked: it cannot bring back or
 			// extend the key this deletes, so it is not waited for.
 			if _, err := releaseResult(c); err != nil {
-				errs = append(errs, opErr("release", c.tag.(*RedisLock).key, err))
+				l.failed(opErr("release", c.tag.(*RedisLock).key, err))
 			}
 		}
 	})
-	l.renewals.stop()
 	l.mu.Lock()
 	l.joined = true
 	l.mu.Unlock()
 	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return errors.Join(append(errs, l.late...)...)
+	return errors.Join(l.late...)
 }
 
 // isClosed reports whether Close was called.

@@ -122,16 +122,6 @@ func (s *renewals) idledLocked() {
 	s.armedAt = time.Time{}
 }
 
-// stop stops the timer for good: Close ended every hold.
-func (s *renewals) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.wake != nil {
-		s.wake.Stop()
-	}
-	s.armedAt = time.Time{}
-}
-
 func (s *renewals) armLocked(at time.Time) {
 	s.armedAt = at
 	d := at.Sub(s.locker.clock.Now())
