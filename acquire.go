@@ -38,7 +38,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-	if !rl.startHold(holding, id, token, lease, sent) { // its Locker closed meanwhile
+	if !rl.beginHold(holding, id, lease, token, sent.Add(lease-drift(lease))) { // its Locker closed meanwhile
 		rl.letGo(ctx, id, lease, 0, true)
 		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
 	}

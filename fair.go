@@ -283,9 +283,7 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *h
 // takeOver begins the hold of the lock fw was handed or took, valid until
 // until by our accounting, with holding as its holding context.
 func (rl *RedisLock) takeOver(holding context.Context, fw *fairWaiter, token int64, until time.Time) error {
-	h := rl.newHold(holding, fw.id, fw.lease)
-	h.until = until
-	if !rl.beginHold(h, token) {
+	if !rl.beginHold(holding, fw.id, fw.lease, token, until) {
 		return opErr("acquire", rl.key, ErrLockerClosed)
 	}
 	fw.taken = true

@@ -63,40 +63,27 @@ var errReleased = errors.New("redislock: released")
 
 func (h *hold) live() bool { return h.state != ended }
 
-// newHold returns a hold of rl for id, not yet begun.
-func (rl *RedisLock) newHold(ctx context.Context, id string, lease time.Duration) *hold {
-	return &hold{id: id, lease: lease, parent: ctx, done: make(chan struct{}), rl: rl, index: -1}
-}
-
-// startHold records a first acquisition of id, sent at sent, and hands the
-// hold to its scheduler (its renewals, lease deadline and maximum hold) and
-// to its holding context. It reports false, and records nothing, when the
-// lock's Locker is closed.
-func (rl *RedisLock) startHold(ctx context.Context, id string, token int64, lease time.Duration, sent time.Time) bool {
-	h := rl.newHold(ctx, id, lease)
-	h.until = sent.Add(lease - drift(lease))
-	return rl.beginHold(h, token)
-}
-
-// beginHold makes h, whose lease lasts until h.until by our accounting, the
-// lock's current hold, with one acquisition. It reports false, and begins
-// nothing, when the lock's Locker is closed.
-func (rl *RedisLock) beginHold(h *hold, token int64) bool {
+// beginHold makes the hold of id, with a lease of lease that lasts until
+// until by our accounting, and token, the lock's current hold, with one
+// acquisition, and hands it to its scheduler (its renewals, lease deadline
+// and maximum hold) and to its holding context. It reports false, and
+// begins nothing, when the lock's Locker is closed.
+func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Duration, token int64, until time.Time) bool {
 	l := rl.locker
+	h := &hold{id: id, token: token, lease: lease, parent: holding, done: make(chan struct{}), rl: rl, index: -1,
+		state: renewing, count: 1, until: until, renewals: &l.renewals}
+	h.started = until.Add(-(lease - drift(lease))) // the acquisition was sent then, or later
+	h.nextRenew = h.started.Add(lease / 3)
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if !l.track(rl, h) {
 		return false
 	}
-	h.state, h.token, h.count = renewing, token, 1
-	h.started = h.until.Add(-(h.lease - drift(h.lease))) // the acquisition was sent then, or later
-	h.nextRenew = h.started.Add(h.lease / 3)
 	rl.cur = h
 	metricHeld.Inc()
-	h.renewals = &l.renewals
 	h.renewals.schedule(h)
-	if ctx := h.parent; ctx.Done() != nil {
-		h.unbind = context.AfterFunc(ctx, func() { rl.holdingContextEnded(h) })
+	if holding.Done() != nil {
+		h.unbind = context.AfterFunc(holding, func() { rl.holdingContextEnded(h) })
 	}
 	return true
 }
