@@ -20,27 +20,18 @@
 -- commands: SET NX GET (Redis 7.0; SET NX and GET before) and PTTL.
 local old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
 if type(old) == "table" then -- before Redis 7.0, or a key of another type
-    if redis.pcall("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-        old = false
-    else
-        old = redis.pcall("GET", KEYS[1])
-    end
+    -- false when taken; else what the key holds
+    old = not redis.pcall("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and redis.pcall("GET", KEYS[1])
 end
 if old and old ~= ARGV[1] then
     return redis.call("PTTL", KEYS[1]) -- held by another owner (or not a string)
-end
-if not old and redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
+elseif old then -- a retry of this very call
+    redis.call("PEXPIRE", KEYS[1], ARGV[2])
+    return KEYS[3] and {"OK", tonumber(redis.call("GET", KEYS[3]))} or "OK"
+elseif redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
     redis.call("DEL", KEYS[1])
     return 0
-end
-if old then -- a retry of this very call
-    redis.call("PEXPIRE", KEYS[1], ARGV[2])
-    if KEYS[3] then
-        return {"OK", tonumber(redis.call("GET", KEYS[3]))}
-    end
-    return "OK"
-end
-if not KEYS[3] then
+elseif not KEYS[3] then
     return "OK"
 end
 local token, err = mint(3, redis.call("TIME"))

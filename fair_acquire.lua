@@ -33,9 +33,7 @@
 --        seq is this waiter's score in the queue (0 when ARGV[3] is "0").
 --        The integer 0 for an attempt given up (its id is in KEYS[2]).
 --        The error REDISLOCK_CORRUPT_COUNTER as acquire.lua.
-if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
-    return 0
-end
+if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then return 0 end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -48,10 +46,7 @@ local owner = redis.pcall("GET", KEYS[1])
 if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
     redis.call("PEXPIRE", KEYS[1], ARGV[2])
     leave()
-    if KEYS[5] then
-        return {"OK", tonumber(redis.call("GET", KEYS[5]))}
-    end
-    return "OK"
+    return KEYS[5] and {"OK", tonumber(redis.call("GET", KEYS[5]))} or "OK"
 end
 
 local wait
@@ -87,10 +82,7 @@ if owner == false then
             if head then
                 leave()
             end
-            if t then
-                return {"OK", t}
-            end
-            return "OK"
+            return t and {"OK", t} or "OK"
         end
     end
 else

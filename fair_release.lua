@@ -39,10 +39,7 @@ if KEYS[6] then
     redis.call("HDEL", KEYS[4], ARGV[1])
 end
 if redis.pcall("GET", KEYS[1]) ~= ARGV[1] then
-    if redis.pcall("GET", KEYS[2]) == ARGV[1] then
-        return 2
-    end
-    return 0
+    return redis.pcall("GET", KEYS[2]) == ARGV[1] and 2 or 0
 end
 redis.call("SET", KEYS[2], ARGV[1], "PX", 10000)
 local time = redis.call("TIME")

@@ -18,16 +18,11 @@
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
 local kind = redis.call("TYPE", KEYS[1]).ok
-local owner = ""
-if kind == "string" then
-    owner = redis.call("GET", KEYS[1])
-end
-local counter = ""
+local owner = kind == "string" and redis.call("GET", KEYS[1]) or ""
 local counterKind = redis.call("TYPE", KEYS[2]).ok
+local counter = counterKind == "none" and "" or "(" .. counterKind .. ")"
 if counterKind == "string" then
     counter = "=" .. redis.call("GET", KEYS[2])
-elseif counterKind ~= "none" then
-    counter = "(" .. counterKind .. ")"
 end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -35,17 +30,12 @@ local waiters = 0
 if redis.call("TYPE", KEYS[3]).ok == "zset" and redis.call("TYPE", KEYS[4]).ok == "hash" then
     for _, id in ipairs(redis.call("ZRANGE", KEYS[3], 0, -1)) do
         local live = tonumber(string.match(redis.call("HGET", KEYS[4], id) or "", "^(%d+) "))
-        if live and live > now then
-            waiters = waiters + 1
-        end
+        if live and live > now then waiters = waiters + 1 end
     end
 end
 local pttl = redis.call("PTTL", KEYS[1])
 local expires = redis.pcall("PEXPIRETIME", KEYS[1])
 if type(expires) ~= "number" then -- Redis before 7.0
-    expires = pttl
-    if pttl >= 0 then
-        expires = now + pttl
-    end
+    expires = pttl >= 0 and now + pttl or pttl
 end
 return {kind, owner, pttl, counter, waiters, expires}

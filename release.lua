@@ -18,10 +18,9 @@
 --        KEYS[3], whose expiry is pushed to at least ARGV[3] ms, whatever
 --        the reply, so a late run of it will not take the lock (see
 --        acquire.lua).
-if KEYS[3] and type(redis.pcall("SADD", KEYS[3], ARGV[1])) == "number" then
-    if redis.call("PTTL", KEYS[3]) < tonumber(ARGV[3]) then
-        redis.call("PEXPIRE", KEYS[3], ARGV[3])
-    end
+if KEYS[3] and type(redis.pcall("SADD", KEYS[3], ARGV[1])) == "number"
+    and redis.call("PTTL", KEYS[3]) < tonumber(ARGV[3]) then
+    redis.call("PEXPIRE", KEYS[3], ARGV[3])
 end
 if redis.pcall("GET", KEYS[1]) == ARGV[1] then
     redis.call("DEL", KEYS[1])
@@ -29,7 +28,4 @@ if redis.pcall("GET", KEYS[1]) == ARGV[1] then
     redis.call("PUBLISH", ARGV[2], "")
     return 1
 end
-if redis.pcall("GET", KEYS[2]) == ARGV[1] then
-    return 2
-end
-return 0
+return redis.pcall("GET", KEYS[2]) == ARGV[1] and 2 or 0
