@@ -112,12 +112,9 @@ func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
 		if fw != nil && !fw.taken {
 			rl.parked = fw // for the next call's turn
 		}
-		last := rl.parked
-		if rl.fairWaits > 0 {
-			last = nil
-		}
-		if last != nil {
-			rl.parked = nil
+		var last *fairWaiter // the last call out takes the place out of the queue
+		if rl.fairWaits == 0 {
+			last, rl.parked = rl.parked, nil
 		}
 		rl.mu.Unlock()
 		if turn {
