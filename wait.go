@@ -101,6 +101,9 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			return rl.gaveUp(waitCtx)
 		}
 		head, n := w.read()
+		if !head && n.attempt && rl.Holds() > 0 {
+			head = true // another call of rl took the lock: re-enter it, whatever waits before us
+		}
 		switch {
 		case head && (n.attempt || ticked):
 			ticked = false

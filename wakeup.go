@@ -380,8 +380,8 @@ func (w *waiter) attemptsAt(at time.Time) {
 
 // acquired takes w out of the queue after it acquired the lock with a lease
 // of lease. The next waiter becomes the head without an attempt: the lock is
-// ours, and its release will publish. If the next waiter shares w's
-// RedisLock, it may attempt: it re-enters at once.
+// ours, and its release will publish. Waiters that share w's RedisLock may
+// attempt, wherever they wait: they re-enter at once.
 func (w *waiter) acquired(lease time.Duration) { w.leave(lease) }
 
 // quit takes w out of the queue without the lock; if it was the head, the
@@ -389,7 +389,8 @@ func (w *waiter) acquired(lease time.Duration) { w.leave(lease) }
 func (w *waiter) quit() { w.leave(0) }
 
 // leave removes w from its queue, telling the new head, if w was the head,
-// that a sibling acquired the lock with lease (0: none did), unsubscribes a
+// that a sibling acquired the lock with lease (0: none did), and the other
+// waiters of w's RedisLock that they may re-enter it; it unsubscribes a
 // channel nobody waits on, and closes the hub when its last waiter leaves.
 func (w *waiter) leave(lease time.Duration) {
 	if w == nil || w.left {
@@ -402,8 +403,13 @@ func (w *waiter) leave(lease time.Duration) {
 	delete(c.fair, w.id)
 	if i := slices.Index(c.queue, w); i >= 0 {
 		c.queue = slices.Delete(c.queue, i, i+1)
-		if next := c.queue; i == 0 && len(next) > 0 {
-			next[0].give(news{attempt: lease == 0 || next[0].rl == w.rl, sibling: lease})
+		for j, x := range c.queue {
+			switch {
+			case i == 0 && j == 0:
+				x.give(news{attempt: lease == 0 || x.rl == w.rl, sibling: lease})
+			case lease > 0 && x.rl == w.rl: // it re-enters the hold w began, from wherever it waits
+				x.give(news{attempt: true})
+			}
 		}
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
