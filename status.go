@@ -23,7 +23,8 @@ type Status struct {
 	Held  bool
 	Owner string
 	// TTL is the holder's remaining lease as Redis counts it: 0 when the
-	// lock is free, -1 when someone removed the key's expiry. Expires is
+	// lock is free, -1 (one nanosecond below zero) when someone removed the
+	// key's expiry. Expires is
 	// when the key expires by the Redis server's clock (zero when free or
 	// without expiry): a renewal moves it later, and nothing else does.
 	TTL     time.Duration
@@ -192,7 +193,8 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 // means one second. Changes that come and go between two reads are not
 // seen; without a Subscriber, or when subscribing fails, Watch only polls.
 // fn runs on Watch's goroutine. Watch returns ctx's error when ctx
-// ends, or the first error of a read.
+// ends, or the first error of a read (a read includes the client's own
+// retries, and lasts as long as they do).
 func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Status)) error {
 	if err := rl.check(ctx); err != nil {
 		return err
