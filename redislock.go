@@ -55,6 +55,8 @@ type RedisLock struct {
 	// waits for it within its context.
 	op chan struct{}
 
+	queued atomic.Int32 // its AcquireWaits in a queue of this process (plain locks)
+
 	mu        sync.Mutex  // guards cur, fairWaits, parked and the fields of holds marked so
 	cur       *hold       // the current or most recent hold
 	fairWaits int         // a fair lock's AcquireWait calls under way

@@ -102,7 +102,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		}
 		head, n := w.read()
 		if !head && n.attempt && rl.Holds() > 0 {
-			head = true // another call of rl took the lock: re-enter it, whatever waits before us
+			head = true // rl took the lock (see wakeQueued): re-enter it, whatever waits before us
 		}
 		switch {
 		case head && (n.attempt || ticked):

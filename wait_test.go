@@ -253,6 +253,40 @@ func TestAcquireWaitReentersPastAnotherLocksWaiter(t *testing.T) {
 	mustRelease(t, other)
 }
 
+// TestAcquireWaitReentersAHoldTakenByAcquire: the same when the hold was
+// begun by AcquireCtx on the RedisLock, not by one of its waits.
+func TestAcquireWaitReentersAHoldTakenByAcquire(t *testing.T) {
+	mr, c := newMini(t)
+	holder := NewRedisLock(FromGoRedis(c), "k")
+	mustAcquire(t, holder)
+	rl := NewRedisLock(FromGoRedis(c), "k")
+	other := NewRedisLock(FromGoRedis(c), "k")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	second, third := make(chan error, 1), make(chan error, 1)
+	go func() { second <- other.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "the other lock's waiter queued", func() bool { return queueLen(rl) == 1 })
+	go func() { third <- rl.AcquireWait(ctx) }()
+	waitFor(t, 10*time.Second, "rl's waiter queued", func() bool { return queueLen(rl) == 2 })
+	mr.Del("k") // no release is published: nobody is woken
+	mustAcquire(t, rl)
+	select {
+	case err := <-third:
+		if err != nil || rl.Holds() != 2 {
+			t.Fatalf("AcquireWait of rl = %v with Holds %d, want a re-entry (2)", err, rl.Holds())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AcquireWait of rl is still waiting behind the other lock's waiter while rl holds the lock")
+	}
+	mustRelease(t, rl)
+	mustRelease(t, rl)
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, other)
+	holder.Release()
+}
+
 // wakeByRelease starts rl.AcquireWait (rl's store is s), lets its first
 // attempt fail against holder, releases holder, and returns how long after
 // the release the waiter had the lock. It fails t if the waiter is not woken
