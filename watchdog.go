@@ -108,18 +108,15 @@ func (s *renewals) remove(h *hold) {
 	}
 }
 
-func (s *renewals) idleLocked() bool { return len(s.queue) == 0 && s.runs == 0 }
-
 // idledLocked stops the timer of a scheduler with nothing left to do. The
 // caller holds s.mu and has just removed a hold or ended a run.
 func (s *renewals) idledLocked() {
-	if !s.idleLocked() {
-		return
+	if len(s.queue) == 0 && s.runs == 0 {
+		if s.wake != nil {
+			s.wake.Stop()
+		}
+		s.armedAt = time.Time{}
 	}
-	if s.wake != nil {
-		s.wake.Stop()
-	}
-	s.armedAt = time.Time{}
 }
 
 func (s *renewals) armLocked(at time.Time) {
