@@ -42,7 +42,6 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		rl.letGo(ctx, id, lease, 0, true)
 		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
 	}
-	rl.wakeQueued()
 	return true, 0, nil
 }
 

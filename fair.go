@@ -221,7 +221,7 @@ func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
 				// no longer than its lease.
 				arm(n.newHolder)
 			}
-		case <-rl.heldDone(): // a hold of this RedisLock (another call's) ended
+		case <-rl.heldChange(): // a hold of rl (another call's) ended or began
 			attempt = true
 		case <-rl.lockerDone():
 		case <-next.c():

@@ -80,6 +80,10 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		return false
 	}
 	rl.cur = h
+	if rl.began != nil {
+		close(rl.began)
+		rl.began = nil
+	}
 	metricHeld.Inc()
 	h.renewals.schedule(h)
 	if holding.Done() != nil {

@@ -55,12 +55,11 @@ type RedisLock struct {
 	// waits for it within its context.
 	op chan struct{}
 
-	queued atomic.Int32 // its AcquireWaits in a queue of this process (plain locks)
-
-	mu        sync.Mutex  // guards cur, fairWaits, parked and the fields of holds marked so
-	cur       *hold       // the current or most recent hold
-	fairWaits int         // a fair lock's AcquireWait calls under way
-	parked    *fairWaiter // a fair lock's place in the queue, left by a call that gave up to the next
+	mu        sync.Mutex    // guards cur, began, fairWaits, parked and the fields of holds marked so
+	cur       *hold         // the current or most recent hold
+	began     chan struct{} // closed when the next hold begins; made by heldChange
+	fairWaits int           // a fair lock's AcquireWait calls under way
+	parked    *fairWaiter   // a fair lock's place in the queue, left by a call that gave up to the next
 }
 
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
@@ -256,7 +255,8 @@ func (rl *RedisLock) giveBackNow() {
 // TTL returns the remaining lease of the key as Redis sees it, checked
 // against our id: ErrNotHeld when this RedisLock holds nothing. When the key
 // turns out to be gone or taken, the hold ends with ErrLockLost and the error
-// matches both. A negative duration means someone removed the key's expiry.
+// matches both; so does every TTL after a hold ended, with its reason, until
+// its acquisitions are released. A negative duration means someone removed the key's expiry.
 func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := rl.check(ctx); err != nil {
 		return 0, err
@@ -266,11 +266,13 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	defer rl.unlockOp()
 
+	if err := rl.endedHoldErr(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err) // as every call says until it is released
+	}
 	rl.mu.Lock()
-	h := rl.cur
-	live := h != nil && h.count > 0 && h.live()
+	h := rl.liveHold()
 	rl.mu.Unlock()
-	if !live {
+	if h == nil {
 		return 0, ErrNotHeld
 	}
 	reply, err := rl.store.run(ctx, ttlScript, rl.acquireKeys[:1], h.id)

@@ -612,6 +612,17 @@ func TestTTL(t *testing.T) {
 	if !isClosed(rl.Done()) {
 		t.Fatal("TTL found the lock lost but the hold goes on")
 	}
+	// Until its acquisition is released, every TTL says why the hold ended,
+	// as Acquire and Release do (round 9: later calls said ErrNotHeld alone).
+	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("TTL after the loss: %v; want ErrNotHeld and ErrLockLost", err)
+	}
+	if ok, err := rl.Release(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release = %v, %v; want ErrLockLost", ok, err)
+	}
+	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+		t.Fatalf("TTL once released: %v; want ErrNotHeld alone", err)
+	}
 }
 
 func TestConcurrentUseOfOneLock(t *testing.T) {

@@ -101,8 +101,8 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			return rl.gaveUp(waitCtx)
 		}
 		head, n := w.read()
-		if !head && n.attempt && rl.Holds() > 0 {
-			head = true // rl took the lock (see wakeQueued): re-enter it, whatever waits before us
+		if rl.Holds() > 0 {
+			head, n.attempt = true, true // rl took the lock: re-enter it, whatever waits before us
 		}
 		switch {
 		case head && (n.attempt || ticked):
@@ -150,7 +150,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		select {
 		case <-waitCtx.Done():
 		case <-w.wake():
-		case <-rl.heldDone(): // a hold of this RedisLock (another goroutine's) ended
+		case <-rl.heldChange(): // a hold of rl (another goroutine's) ended or began
 		case <-rl.lockerDone():
 		case <-tick:
 			ticked = true
@@ -248,14 +248,19 @@ func (rl *RedisLock) endedHoldErr() error {
 	return nil
 }
 
-// heldDone returns the Done channel of a live hold; nil when none.
-func (rl *RedisLock) heldDone() <-chan struct{} {
+// heldChange returns a channel that is closed when the live hold of rl
+// ends, or when there is none, when the next one begins: a wait of rl
+// then re-enters it at once, whatever woke it and wherever it waits.
+func (rl *RedisLock) heldChange() <-chan struct{} {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
 		return h.done
 	}
-	return nil
+	if rl.began == nil {
+		rl.began = make(chan struct{})
+	}
+	return rl.began
 }
 
 // leaseOfHold returns the lease of the current hold.

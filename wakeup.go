@@ -133,29 +133,6 @@ func (rl *RedisLock) waitersHere() (queued, confirmed bool) {
 	return false, false
 }
 
-// wakeQueued tells rl's AcquireWaits that queue in this process to
-// attempt, wherever they stand in line: rl has just taken the lock, and
-// they re-enter it.
-func (rl *RedisLock) wakeQueued() {
-	if rl.queued.Load() == 0 {
-		return
-	}
-	l := rl.locker
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if h := l.hubs[rl.hubKey()]; h != nil {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if c := h.chans[rl.channel]; c != nil { // they may have left meanwhile
-			for _, w := range c.queue {
-				if w.rl == rl {
-					w.give(news{attempt: true})
-				}
-			}
-		}
-	}
-}
-
 // join puts an AcquireWait of rl in the queue of rl's channel (for a fair
 // lock, its waiter id: it waits for handoffs to id, and for releases that
 // hand nothing on), opening the client's hub if needed and waiting (within
@@ -184,7 +161,6 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	if id != "" {
 		c.fair[id] = w
 	} else {
-		rl.queued.Add(1)
 		c.queue = append(c.queue, w)
 		w.news.attempt = len(c.queue) == 1 // the first in line attempts at once
 	}
@@ -405,7 +381,7 @@ func (w *waiter) attemptsAt(at time.Time) {
 // acquired takes w out of the queue after it acquired the lock with a lease
 // of lease. The next waiter becomes the head without an attempt: the lock is
 // ours, and its release will publish. (Waiters that share w's RedisLock
-// were told to re-enter it when it was taken: see wakeQueued.)
+// re-enter it, wherever they wait: see heldChange.)
 func (w *waiter) acquired(lease time.Duration) { w.leave(lease) }
 
 // quit takes w out of the queue without the lock; if it was the head, the
@@ -425,7 +401,6 @@ func (w *waiter) leave(lease time.Duration) {
 	c := h.chans[w.name]
 	delete(c.fair, w.id)
 	if i := slices.Index(c.queue, w); i >= 0 {
-		w.rl.queued.Add(-1)
 		c.queue = slices.Delete(c.queue, i, i+1)
 		if next := c.queue; i == 0 && len(next) > 0 {
 			next[0].give(news{attempt: lease == 0, sibling: lease})
