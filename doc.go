@@ -30,8 +30,10 @@
 // sets the key to that waiter's id and publishes it, and the waiter holds
 // the lock from the moment it hears, without a round trip of its own. Each
 // waiter stays live by attempting at least every lease/3; a waiter whose
-// process died lapses after one lease and is skipped. A waiter that gives up leaves the queue, and passes the
-// lock on if it was handed to it meanwhile. Locks without WithFairness,
+// process died lapses after one lease and is skipped. A waiter that gives
+// up leaves the queue, and passes the lock on if it was handed to it
+// meanwhile. AcquireCtx on a fair lock never queues, and takes a free key
+// only when no live waiter is queued. Locks without WithFairness,
 // go-zero's RedisLock and SET NX PX are still excluded, but do not queue:
 // they may take the key while it is free, which happens only when no fair
 // waiter is live, or after their own release.
