@@ -256,7 +256,8 @@ func (rl *RedisLock) giveBackNow() {
 // against our id: ErrNotHeld when this RedisLock holds nothing. When the key
 // turns out to be gone or taken, the hold ends with ErrLockLost and the error
 // matches both; so does every TTL after a hold ended, with its reason, until
-// its acquisitions are released. A negative duration means someone removed the key's expiry.
+// its acquisitions are released. A negative duration means someone removed
+// the key's expiry.
 func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := rl.check(ctx); err != nil {
 		return 0, err
