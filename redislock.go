@@ -55,6 +55,10 @@ type RedisLock struct {
 	// waits for it within its context.
 	op chan struct{}
 
+	// Locks are taken in this order: a RedisLock's mu, then its scheduler's
+	// (renewals.mu) or its Locker's; a Locker's mu, then a hub's. Neither a
+	// RedisLock's mu nor a Locker's is held over a call to Redis (a hub's
+	// is, over the SUBSCRIBE or UNSUBSCRIBE it sends).
 	mu        sync.Mutex    // guards cur, began, fairWaits, parked and the fields of holds marked so
 	cur       *hold         // the current or most recent hold
 	began     chan struct{} // closed when the next hold begins; made by heldChange
