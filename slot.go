@@ -20,8 +20,8 @@ import (
 // '~', ':'), which no kind contains, and each form gives back its key, so
 // no two keys share a name ("k" and "{k}", "a}b" and "{a}b}" do not).
 func relatedName(key, kind string) string {
-	switch {
-	case hasHashTag(key):
+	switch _, tagged := hashTag(key); {
+	case tagged:
 		return key + "#redislock:" + kind
 	case strings.IndexByte(key, '}') >= 0:
 		return "{" + slotTag(clusterSlot(key)) + "}~" + key + "~redislock:" + kind
@@ -29,25 +29,22 @@ func relatedName(key, kind string) string {
 	return "{" + key + "}:redislock:" + kind
 }
 
-// hasHashTag reports whether Redis Cluster hashes key by a hash tag: a '{'
-// followed later by a '}' with at least one byte between them.
-func hasHashTag(key string) bool {
+// hashTag returns what Redis Cluster hashes key by: its hash tag (the bytes
+// between its first '{' and the first '}' after it, when there is at least
+// one byte between them) and true; else key and false.
+func hashTag(key string) (string, bool) {
 	if open := strings.IndexByte(key, '{'); open >= 0 {
 		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			return true
+			return key[open+1 : open+1+end], true
 		}
 	}
-	return false
+	return key, false
 }
 
 // clusterSlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
 // tag, or of the whole key when it has none, modulo 16384.
 func clusterSlot(key string) uint16 {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
-	}
+	key, _ = hashTag(key)
 	var crc uint16
 	for i := 0; i < len(key); i++ {
 		crc ^= uint16(key[i]) << 8
