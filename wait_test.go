@@ -210,81 +210,62 @@ func TestAcquireWaitSharedRedisLock(t *testing.T) {
 	mustRelease(t, rl)
 }
 
-// TestAcquireWaitReentersPastAnotherLocksWaiter: two goroutines wait on
-// one RedisLock, with a waiter of another RedisLock of the process queued
-// between them. When the first gets the lock, the second re-enters it at
-// once: it must not wait behind the other lock's waiter, which waits for
-// this very hold (round 8 of the black-box review: it waited until the
-// hold was released, a deadlock if the holder waits for it).
+// TestAcquireWaitReentersPastAnotherLocksWaiter: a wait of a RedisLock,
+// queued behind a waiter of another RedisLock of the process, re-enters at
+// once when the RedisLock takes the lock, by an earlier wait of its own
+// (first in line) or by Acquire. It must not wait behind the other lock's
+// waiter, which waits for this very hold (round 8 of the black-box review:
+// it waited until the hold was released, a deadlock if the holder waits
+// for it).
 func TestAcquireWaitReentersPastAnotherLocksWaiter(t *testing.T) {
-	_, c := newMini(t)
-	holder := NewRedisLock(FromGoRedis(c), "k")
-	mustAcquire(t, holder)
-	rl := NewRedisLock(FromGoRedis(c), "k")
-	other := NewRedisLock(FromGoRedis(c), "k")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	first, second, third := make(chan error, 1), make(chan error, 1), make(chan error, 1)
-	go func() { first <- rl.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "the first waiter queued", func() bool { return queueLen(rl) == 1 })
-	go func() { second <- other.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "the other lock's waiter queued", func() bool { return queueLen(rl) == 2 })
-	go func() { third <- rl.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "the second waiter of rl queued", func() bool { return queueLen(rl) == 3 })
-	mustRelease(t, holder)
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	for _, by := range []string{"AcquireWait", "Acquire"} {
+		t.Run(by, func(t *testing.T) {
+			mr, c := newMini(t)
+			holder := NewRedisLock(FromGoRedis(c), "k")
+			mustAcquire(t, holder)
+			rl := NewRedisLock(FromGoRedis(c), "k")
+			other := NewRedisLock(FromGoRedis(c), "k")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			first, second, third := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+			start := func(rl *RedisLock, done chan<- error) {
+				n := queueLen(rl)
+				go func() { done <- rl.AcquireWait(ctx) }()
+				waitFor(t, 10*time.Second, "the waiter queued", func() bool { return queueLen(rl) == n+1 })
+			}
+			if by == "AcquireWait" {
+				start(rl, first)
+			}
+			start(other, second)
+			start(rl, third)
+			if by == "AcquireWait" {
+				mustRelease(t, holder)
+				if err := <-first; err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mr.Del("k") // no release is published: nobody is woken
+				mustAcquire(t, rl)
+			}
+			select {
+			case err := <-third:
+				if err != nil || rl.Holds() != 2 {
+					t.Fatalf("the second AcquireWait of rl = %v with Holds %d, want a re-entry (2)", err, rl.Holds())
+				}
+			case err := <-second:
+				t.Fatalf("the other lock's AcquireWait = %v while rl held the lock", err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the second AcquireWait of rl is still waiting behind the other lock's waiter while rl holds the lock")
+			}
+			mustRelease(t, rl)
+			mustRelease(t, rl)
+			if err := <-second; err != nil {
+				t.Fatal(err)
+			}
+			mustRelease(t, other)
+			holder.Release()
+		})
 	}
-	select {
-	case err := <-third:
-		if err != nil || rl.Holds() != 2 {
-			t.Fatalf("the second AcquireWait of rl = %v with Holds %d, want a re-entry (2)", err, rl.Holds())
-		}
-	case err := <-second:
-		t.Fatalf("the other lock's AcquireWait = %v while rl held the lock", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second AcquireWait of rl is still waiting behind the other lock's waiter while rl holds the lock")
-	}
-	mustRelease(t, rl)
-	mustRelease(t, rl)
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
-	mustRelease(t, other)
-}
-
-// TestAcquireWaitReentersAHoldTakenByAcquire: the same when the hold was
-// begun by AcquireCtx on the RedisLock, not by one of its waits.
-func TestAcquireWaitReentersAHoldTakenByAcquire(t *testing.T) {
-	mr, c := newMini(t)
-	holder := NewRedisLock(FromGoRedis(c), "k")
-	mustAcquire(t, holder)
-	rl := NewRedisLock(FromGoRedis(c), "k")
-	other := NewRedisLock(FromGoRedis(c), "k")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	second, third := make(chan error, 1), make(chan error, 1)
-	go func() { second <- other.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "the other lock's waiter queued", func() bool { return queueLen(rl) == 1 })
-	go func() { third <- rl.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "rl's waiter queued", func() bool { return queueLen(rl) == 2 })
-	mr.Del("k") // no release is published: nobody is woken
-	mustAcquire(t, rl)
-	select {
-	case err := <-third:
-		if err != nil || rl.Holds() != 2 {
-			t.Fatalf("AcquireWait of rl = %v with Holds %d, want a re-entry (2)", err, rl.Holds())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("AcquireWait of rl is still waiting behind the other lock's waiter while rl holds the lock")
-	}
-	mustRelease(t, rl)
-	mustRelease(t, rl)
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
-	mustRelease(t, other)
-	holder.Release()
 }
 
 // TestAcquireWaitReentersAtOnceWithoutPubSub: without wake-ups, a wait of
