@@ -14,7 +14,8 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 
 // AcquireWait blocks until this RedisLock holds the lock, or ctx ends, or the
 // wait timeout set with WithWaitTimeout passes. A re-entry returns after its
-// round trip. As with AcquireCtx, ctx is the holding context of a first
+// round trip, also when this RedisLock takes the lock while the call waits
+// (another goroutine's Acquire or AcquireWait on it). As with AcquireCtx, ctx is the holding context of a first
 // acquisition: it bounds the renewal of the hold, not the lock. To bound the
 // wait alone, use WithWaitTimeout.
 //
