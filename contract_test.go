@@ -327,10 +327,10 @@ func TestWaitersOnLookalikeKeysDoNotQueueTogether(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan error, 1)
 	go func() { waited <- busy.AcquireWait(ctx) }()
-	waitFor(t, 10*time.Second, "a waiter queued on k", func() bool { return busy.othersWaiting() })
+	waitFor(t, 10*time.Second, "a waiter queued on k", func() bool { return queuedHere(busy) })
 
 	free := NewRedisLock(FromGoRedis(c), "{k}", WithWaitTimeout(5*time.Second))
-	if free.othersWaiting() {
+	if queuedHere(free) {
 		t.Fatal("{k} shares k's queue")
 	}
 	if err := free.AcquireWait(context.Background()); err != nil {
@@ -429,7 +429,7 @@ func TestAcquireWaitAfterLossReportsItAtOnce(t *testing.T) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
 	go func() { _ = queued.AcquireWait(qctx) }()
-	waitFor(t, 10*time.Second, "another waiter queued", func() bool { return queued.othersWaiting() })
+	waitFor(t, 10*time.Second, "another waiter queued", func() bool { return queuedHere(queued) })
 	if _, err := rl.TTL(context.Background()); !errors.Is(err, ErrLockLost) { // the loss is found
 		t.Fatalf("TTL = %v, want ErrLockLost", err)
 	}
@@ -454,7 +454,7 @@ func TestWaiterLearnsOfSharedHoldsLoss(t *testing.T) {
 	mustAcquire(t, holder)
 	waited := make(chan error, 1)
 	go func() { waited <- rl.AcquireWait(context.Background()) }()
-	waitFor(t, 10*time.Second, "rl waits", func() bool { return rl.othersWaiting() })
+	waitFor(t, 10*time.Second, "rl waits", func() bool { return queuedHere(rl) })
 	mustRelease(t, holder)
 	// rl's waiter gets it; now a second goroutine of rl shares it.
 	if err := <-waited; err != nil {

@@ -94,139 +94,48 @@ type fairWaiter struct {
 	taken bool      // it holds the lock now
 }
 
-// fairWait is AcquireWait on a fair lock. Its attempts keep its waiter live
-// in the queue: it makes one at least every lease/3, and those made only to
-// stay live do not count against the RetryStrategy. The waiter is the
-// RedisLock's: a call that gives up while other calls of the RedisLock wait
-// for their turn leaves it to them, in its place; the last call out takes
-// it out of the queue.
-func (rl *RedisLock) fairWait(ctx, holding, waitCtx context.Context) error {
-	var fw *fairWaiter // this call's place in the queue, once it has one
-	turn := false
+// beginFairWait counts a fair wait of rl and waits, within waitCtx, for its
+// turn: one fair wait per RedisLock at a time, so that one that comes
+// meanwhile re-enters the lock the first takes, or waits on in its place.
+// It returns the place in the queue that a call which gave up left to it,
+// if any, and whether it has the turn; endFairWait ends it either way.
+func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, turn bool, err error) {
 	rl.mu.Lock()
 	rl.fairWaits++
 	rl.mu.Unlock()
-	defer func() {
-		rl.mu.Lock()
-		rl.fairWaits--
-		if fw != nil && !fw.taken {
-			rl.parked = fw // for the next call's turn
-		}
-		var last *fairWaiter // the last call out takes the place out of the queue
-		if rl.fairWaits == 0 {
-			last, rl.parked = rl.parked, nil
-		}
-		rl.mu.Unlock()
-		if turn {
-			<-rl.fairTurn
-		}
-		if last != nil { // out of the queue before the wait returns, passing on a lock handed to it
-			rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
-		}
-	}()
-	// One fair wait per RedisLock at a time: one that comes meanwhile
-	// re-enters the lock the first takes, or waits on in its place.
 	select {
 	case rl.fairTurn <- struct{}{}:
-		turn = true
 	case <-waitCtx.Done():
-		return rl.gaveUp(waitCtx)
+		return nil, false, rl.gaveUp(waitCtx)
 	case <-rl.lockerDone():
-		return opErr("wait for", rl.key, ErrLockerClosed)
+		return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
 	}
 	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	fw, rl.parked = rl.parked, nil
-	counting := rl.cur != nil && rl.cur.count > 0 // a re-entry, or a hold that ended
+	return fw, true, nil
+}
+
+// endFairWait ends a fair wait that had the place fw in the queue (nil if
+// none). A place it did not take the lock with is the RedisLock's: it is
+// left to the next call's turn; the last call out takes it out of the
+// queue, passing on a lock handed to it, before its wait returns.
+func (rl *RedisLock) endFairWait(ctx context.Context, fw *fairWaiter, turn bool) {
+	rl.mu.Lock()
+	rl.fairWaits--
+	if fw != nil && !fw.taken {
+		rl.parked = fw
+	}
+	var last *fairWaiter
+	if rl.fairWaits == 0 {
+		last, rl.parked = rl.parked, nil
+	}
 	rl.mu.Unlock()
-
-	// The first attempt does not queue, so that a free lock costs one
-	// round trip and no subscription; a re-entry or the reason a hold ended
-	// come back as from AcquireCtx. When waiters of this process are
-	// subscribed to the key already, or this call waits on in the place of
-	// one that gave up, the first attempt is the one that queues (it takes
-	// a free lock all the same).
-	if _, subscribed := rl.waitersHere(); fw == nil && (counting || !subscribed) {
-		ok, _, err := rl.acquireCtx(ctx, holding)
-		switch {
-		case ok:
-			return nil
-		case err != nil && ending(ctx):
-			return rl.gaveUp(ctx)
-		case err != nil:
-			return err
-		}
+	if turn {
+		<-rl.fairTurn
 	}
-	if fw == nil {
-		fw = &fairWaiter{id: newID(), lease: time.Duration(rl.expiry.Load())}
-		if err := validExpiry(fw.lease); err != nil {
-			fw = nil
-			return err
-		}
-	}
-	w := rl.join(waitCtx, fw.id) // subscribed before it queues: no handoff goes unheard
-	defer w.quit()
-
-	next := attemptTimer{clock: rl.clock}
-	defer next.stop()
-	live := false // the timer is only the waiter's refresh: its attempt does not count
-	arm := func(d time.Duration) {
-		live = d > fw.lease/3
-		d = min(d, fw.lease/3)
-		next.arm(d)
-		w.attemptsAt(rl.clock.Now().Add(d))
-	}
-	failures := 0
-	attempt, counts := true, true
-	var m *handoff // a handoff to fw, heard
-	for {
-		switch {
-		case rl.lockerClosed():
-			return opErr("wait for", rl.key, ErrLockerClosed)
-		case ending(ctx):
-			return rl.gaveUp(ctx)
-		case ending(waitCtx):
-			return rl.gaveUp(waitCtx)
-		}
-		if attempt || m != nil {
-			done, wait, err := rl.fairStep(ctx, holding, fw, m)
-			attempt, m = false, nil
-			switch {
-			case done && err == nil && ending(ctx):
-				rl.passOn(ctx)
-				return rl.gaveUp(ctx)
-			case done:
-				return err
-			case err != nil && ending(ctx):
-				continue
-			case err != nil:
-				return err
-			}
-			if counts || failures == 0 {
-				failures++
-			}
-			d, err := rl.nextAttempt(failures, wait, w)
-			if err != nil {
-				return err
-			}
-			arm(d)
-		}
-		counts = true
-		select {
-		case <-waitCtx.Done():
-		case <-ctx.Done():
-		case <-w.wake(): // a handoff, or a release that handed nothing on
-			_, n := w.read()
-			if m, attempt = n.handoff, n.attempt; n.newHolder > 0 && !attempt && m == nil {
-				// Handed to another waiter: its key, unreleased, lives
-				// no longer than its lease.
-				arm(n.newHolder)
-			}
-		case <-rl.heldChange(): // a hold of rl (another call's) ended or began
-			attempt = true
-		case <-rl.lockerDone():
-		case <-next.c():
-			attempt, counts = true, !live
-		}
+	if last != nil {
+		rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
 	}
 }
 

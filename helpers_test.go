@@ -264,3 +264,10 @@ func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, k
 	}
 	return FromGoRedis(s.c).ScriptRunCtx(ctx, script, keys, args...)
 }
+
+// queuedHere reports whether AcquireWaits of this process queue for rl's
+// key on rl's pub/sub client.
+func queuedHere(rl *RedisLock) bool {
+	queued, _ := rl.waitersHere()
+	return queued
+}

@@ -70,7 +70,7 @@ func TestLockerCloseEndsHoldsAndRefusesLater(t *testing.T) {
 	waiter := l.NewLock("busy")
 	waited := make(chan error, 1)
 	go func() { waited <- waiter.AcquireWait(context.Background()) }()
-	waitFor(t, 10*time.Second, "the waiter queued", func() bool { return waiter.othersWaiting() })
+	waitFor(t, 10*time.Second, "the waiter queued", func() bool { return queuedHere(waiter) })
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

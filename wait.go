@@ -56,6 +56,12 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 // acquireWait is AcquireWait. Its round trips run within ctx: holding,
 // also ended when a Locker that can close closes, so that Close waits for
 // no call past the client's timeout for it; a hold it begins keeps holding.
+//
+// One loop waits for plain and fair locks alike. Only the head of this
+// process's queue of the key attempts (a fair waiter always may: its queue
+// is in Redis), when told to (a release, a handoff to it, the head before
+// it leaving) or when its timer says: the holder's lease is over, the
+// RetryStrategy's pace without wake-ups, or a fair waiter's refresh.
 func (rl *RedisLock) acquireWait(holding context.Context) error {
 	if err := retryErr(rl.retry); err != nil {
 		return err
@@ -73,19 +79,60 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		waitCtx, cancel = context.WithTimeout(ctx, rl.waitTimeout)
 		defer cancel()
 	}
+	var fw *fairWaiter // a fair wait's place in the key's queue in Redis, once it has one
 	if rl.fair() {
-		return rl.fairWait(ctx, holding, waitCtx)
+		var turn bool
+		var err error
+		fw, turn, err = rl.beginFairWait(waitCtx)
+		defer func() { rl.endFairWait(ctx, fw, turn) }()
+		if err != nil {
+			return err
+		}
 	}
-	var w *waiter // in the queue of this process's waiters on the key
-	defer func() { w.quit() }()
-	next := attemptTimer{clock: rl.clock}
-	defer next.stop()
-	arm := next.arm
-	first := rl.attemptsFirst() // the first attempt is due, before any wait
+	var w *waiter // in this process's queue of waiters on the key
+	defer func() { w.leave(0) }()
+	join := func() error { // a fair wait queues in Redis from its next attempt on
+		id := ""
+		if rl.fair() {
+			if fw == nil {
+				fw = &fairWaiter{id: newID(), lease: time.Duration(rl.expiry.Load())}
+				if err := validExpiry(fw.lease); err != nil {
+					fw = nil
+					return err
+				}
+			}
+			id = fw.id
+		}
+		w = rl.join(waitCtx, id) // subscribed before it queues: no release or handoff goes unheard
+		return nil
+	}
+	var next timer   // of the next attempt; made when first armed
+	refresh := false // the timer only keeps fw live in its queue: its attempt does not count
+	defer func() {
+		if next != nil {
+			next.Stop()
+		}
+	}()
+	arm := func(d time.Duration) {
+		if refresh = fw != nil && d > fw.lease/3; refresh {
+			d = fw.lease / 3
+		}
+		if next == nil {
+			next = rl.clock.NewTimer(d)
+		} else {
+			next.Reset(d)
+		}
+		if fw != nil {
+			w.attemptsAt(rl.clock.Now().Add(d))
+		}
+	}
+	first := rl.attemptsFirst(fw) // the first attempt is due, before any wait
 	if !first {
 		// Others of this process wait for the key already: queue behind
 		// them rather than barge in at a release.
-		w = rl.join(waitCtx, "")
+		if err := join(); err != nil {
+			return err
+		}
 	}
 
 	failures, ticked := 0, false
@@ -106,23 +153,35 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			head, n.attempt = true, true // rl took the lock: re-enter it, whatever waits before us
 		}
 		switch {
-		case head && (n.attempt || ticked):
-			ticked = false
-			first = false
+		case head && (n.attempt || n.handoff != nil || ticked):
+			counts := !ticked || !refresh
+			ticked, first = false, false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
-			ok, pttl, err := rl.acquireCtx(ctx, holding)
+			done, wait, err := rl.attempt(ctx, holding, fw, n.handoff)
 			switch {
-			case ok:
-				w.acquired(rl.leaseOfHold())
+			case done && err == nil && ending(ctx): // taken as the wait gave up
+				rl.passOn(ctx)
+				return rl.gaveUp(ctx)
+			case done && err == nil:
+				w.leave(rl.leaseOfHold())
 				return nil
+			case done:
+				return err
 			case err != nil && ending(ctx):
 				continue // gave up, unless the error is the hold's end
 			case err != nil:
 				return err
+			case rl.fair() && fw == nil: // the first attempt, which does not queue
+				if err := join(); err != nil {
+					return err
+				}
+				continue
 			}
-			failures++
-			d, err := rl.nextAttempt(failures, pttl, w)
+			if counts || failures == 0 {
+				failures++
+			}
+			d, err := rl.nextAttempt(failures, wait, w)
 			if err != nil {
 				return err
 			}
@@ -130,23 +189,20 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				// Subscribe now, and attempt again as soon as the
 				// subscription is confirmed: a release between the two
 				// attempts cannot go unheard.
-				w = rl.join(waitCtx, "")
+				_ = join() // fw is made: no error
 				continue
 			}
 			arm(d)
-		case head && n.sibling > 0:
-			// A waiter of ours holds it now; its release will wake us.
-			if w.subscribed() {
-				arm(n.sibling)
-			} else {
-				d, _ := rl.retry.Backoff(max(failures, 1))
-				arm(min(d, n.sibling))
-			}
+		case head && n.holder > 0:
+			// Another waiter holds it now: its release will wake us, and
+			// its key, unreleased, lives no longer than its lease.
+			d, _ := rl.nextAttempt(max(failures, 1), n.holder, w)
+			arm(d)
 		}
 
 		var tick <-chan time.Time
-		if head {
-			tick = next.c()
+		if head && next != nil {
+			tick = next.C()
 		}
 		select {
 		case <-waitCtx.Done():
@@ -157,6 +213,19 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			ticked = true
 		}
 	}
+}
+
+// attempt makes one attempt of a wait: a first acquisition, or a re-entry
+// as AcquireCtx; for a fair wait with a place fw in the queue, one that keeps
+// it there, or the takeover of m, a handoff to fw. It reports done when the
+// wait is over, err saying how; otherwise how long the holder's lease has
+// left, and any error.
+func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
+	if fw == nil {
+		ok, pttl, err := rl.acquireCtx(ctx, holding)
+		return ok, pttl, err
+	}
+	return rl.fairStep(ctx, holding, fw, m)
 }
 
 // nextAttempt returns how long a wait waits after its attempt number
@@ -179,35 +248,6 @@ func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (t
 	return max(d, 0), nil
 }
 
-// attemptTimer is a wait's timer of its next attempt, made when first
-// armed.
-type attemptTimer struct {
-	clock clock
-	t     timer
-}
-
-func (a *attemptTimer) arm(d time.Duration) {
-	if a.t == nil {
-		a.t = a.clock.NewTimer(d)
-	} else {
-		a.t.Reset(d)
-	}
-}
-
-func (a *attemptTimer) stop() {
-	if a.t != nil {
-		a.t.Stop()
-	}
-}
-
-// c is the timer's channel; nil (never ready) before it is armed.
-func (a *attemptTimer) c() <-chan time.Time {
-	if a.t == nil {
-		return nil
-	}
-	return a.t.C()
-}
-
 // gaveUp is the error of a wait that ctx cut short, or that the Locker's
 // Close ended meanwhile.
 func (rl *RedisLock) gaveUp(ctx context.Context) error {
@@ -228,14 +268,20 @@ func ending(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// attemptsFirst reports whether AcquireWait makes an attempt before it
-// joins the queue of this process's waiters: when it would re-enter, or
-// find the reason its hold ended, or when nobody here waits for the key.
-func (rl *RedisLock) attemptsFirst() bool {
+// attemptsFirst reports whether a wait makes an attempt before it joins
+// this process's queue of the key: when it would re-enter, or find the
+// reason its hold ended; else when nobody here waits for the key (for a
+// fair lock: is subscribed to it) and the wait has no place fw in the queue
+// in Redis already.
+func (rl *RedisLock) attemptsFirst(fw *fairWaiter) bool {
 	rl.mu.Lock()
 	held := rl.cur != nil && rl.cur.count > 0
 	rl.mu.Unlock()
-	return held || !rl.othersWaiting()
+	queued, subscribed := rl.waitersHere()
+	if rl.fair() {
+		queued = subscribed || fw != nil
+	}
+	return held || !queued
 }
 
 // endedHoldErr returns why the current hold ended, while acquisitions it

@@ -90,10 +90,9 @@ type waiter struct {
 
 // news is what a waiter was told since it last looked.
 type news struct {
-	attempt   bool          // attempt now: a release was published, or the head left
-	sibling   time.Duration // now the head, after a waiter of ours acquired the lock with this lease
-	handoff   *handoff      // a fair waiter's: a release handed it the lock
-	newHolder time.Duration // a fair waiter's: the lease of a handoff to another waiter
+	attempt bool          // attempt now: a release was published, or the head left
+	holder  time.Duration // another waiter took the lock with this lease: a waiter of ours, or of a fair lock's queue
+	handoff *handoff      // a fair waiter's: a release handed it the lock
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -104,13 +103,6 @@ func (rl *RedisLock) hubKey() any {
 		return rl.pubsub
 	}
 	return rl
-}
-
-// othersWaiting reports whether AcquireWaits in this process queue for
-// rl's key on rl's pub/sub client.
-func (rl *RedisLock) othersWaiting() bool {
-	queued, _ := rl.waitersHere()
-	return queued
 }
 
 // waitersHere reports whether AcquireWaits in this process queue for rl's
@@ -162,8 +154,8 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 		c.fair[id] = w
 	} else {
 		c.queue = append(c.queue, w)
-		w.news.attempt = len(c.queue) == 1 // the first in line attempts at once
 	}
+	w.news.attempt = id != "" || len(c.queue) == 1 // a fair waiter, and the first in line, attempt at once
 	ready := c.ready
 	h.mu.Unlock()
 
@@ -290,7 +282,7 @@ func (h *hub) released(name, payload string) {
 		case w.attemptAt.IsZero() || w.rl.clock.Now().Add(m.lease).Before(w.attemptAt):
 			// Woken only if the new holder's key, unreleased, would
 			// expire before the waiter's next attempt.
-			w.give(news{newHolder: m.lease})
+			w.give(news{holder: m.lease})
 		}
 	}
 }
@@ -326,9 +318,8 @@ func (h *hub) dropped(err error, failures int) {
 func (w *waiter) give(n news) {
 	o := &w.news
 	o.attempt = o.attempt || n.attempt
-	o.sibling = cmp.Or(n.sibling, o.sibling)
+	o.holder = cmp.Or(n.holder, o.holder)
 	o.handoff = cmp.Or(n.handoff, o.handoff)
-	o.newHolder = cmp.Or(n.newHolder, o.newHolder)
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -344,8 +335,8 @@ func (w *waiter) wake() <-chan struct{} {
 }
 
 // read returns, and forgets, w's news, and whether w is the head of its
-// queue (a fair waiter never is). Without a waiter, it is the head and
-// attempts.
+// queue (a fair waiter always is: it queues in Redis). Without a waiter,
+// it is the head and attempts.
 func (w *waiter) read() (head bool, n news) {
 	if w == nil {
 		return true, news{attempt: true}
@@ -355,7 +346,7 @@ func (w *waiter) read() (head bool, n news) {
 	defer h.mu.Unlock()
 	q := h.chans[w.name].queue
 	n, w.news = w.news, news{}
-	return len(q) > 0 && q[0] == w, n
+	return w.id != "" || len(q) > 0 && q[0] == w, n
 }
 
 // subscribed reports whether w's wake-ups can be counted on.
@@ -378,19 +369,12 @@ func (w *waiter) attemptsAt(at time.Time) {
 	w.hub.mu.Unlock()
 }
 
-// acquired takes w out of the queue after it acquired the lock with a lease
-// of lease. The next waiter becomes the head without an attempt: the lock is
-// ours, and its release will publish. (Waiters that share w's RedisLock
-// re-enter it, wherever they wait: see heldChange.)
-func (w *waiter) acquired(lease time.Duration) { w.leave(lease) }
-
-// quit takes w out of the queue without the lock; if it was the head, the
-// next waiter may attempt, so a wake-up meant for w is not lost.
-func (w *waiter) quit() { w.leave(0) }
-
-// leave removes w from its queue, telling the new head, if w was the head,
-// that a sibling acquired the lock with lease (0: none did), unsubscribes a
-// channel nobody waits on, and closes the hub when its last waiter leaves.
+// leave takes w out of its queue, after it acquired the lock with a lease
+// of lease (0: it did not). If w was the head, the new head is told: it may
+// attempt, or, when w holds the lock, waits for its release (waiters that
+// share w's RedisLock re-enter it, wherever they wait: see heldChange). It
+// unsubscribes a channel nobody waits on, and closes the hub when its last
+// waiter leaves.
 func (w *waiter) leave(lease time.Duration) {
 	if w == nil || w.left {
 		return
@@ -403,7 +387,7 @@ func (w *waiter) leave(lease time.Duration) {
 	if i := slices.Index(c.queue, w); i >= 0 {
 		c.queue = slices.Delete(c.queue, i, i+1)
 		if next := c.queue; i == 0 && len(next) > 0 {
-			next[0].give(news{attempt: lease == 0, sibling: lease})
+			next[0].give(news{attempt: lease == 0, holder: lease})
 		}
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
