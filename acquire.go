@@ -93,24 +93,9 @@ func (rl *RedisLock) acquireCtx(ctx, holding context.Context) (bool, time.Durati
 	}
 	defer rl.unlockOp()
 
-	rl.mu.Lock()
-	if h := rl.cur; h != nil && h.count > 0 {
-		if !h.live() {
-			err := h.err
-			rl.mu.Unlock()
-			countAcquire(true, false, err)
-			return false, 0, err
-		}
-		if rl.lockerClosed() {
-			rl.mu.Unlock()
-			return false, 0, opErr("re-enter", rl.key, ErrLockerClosed)
-		}
-		rl.mu.Unlock()
-		ok, err := rl.reenter(ctx, holding, h)
-		countAcquire(true, ok, err)
+	if counting, ok, err := rl.reenterCounting(ctx, holding); counting {
 		return ok, 0, err
 	}
-	rl.mu.Unlock()
 	if rl.lockerClosed() {
 		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
 	}
@@ -122,6 +107,30 @@ func (rl *RedisLock) acquireCtx(ctx, holding context.Context) (bool, time.Durati
 	ok, pttl, err := rl.acquire(ctx, holding, lease)
 	countAcquire(false, ok, err)
 	return ok, pttl, err
+}
+
+// reenterCounting re-enters the hold of rl when it counts acquisitions, or
+// returns why it ended when it is no longer live; counting is false when
+// rl counts none. The caller holds rl.op.
+func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok bool, err error) {
+	rl.mu.Lock()
+	h := rl.cur
+	if h == nil || h.count == 0 {
+		rl.mu.Unlock()
+		return false, false, nil
+	}
+	live, endErr := h.live(), h.err
+	rl.mu.Unlock()
+	switch {
+	case !live:
+		err = endErr
+	case rl.lockerClosed():
+		return true, false, opErr("re-enter", rl.key, ErrLockerClosed)
+	default:
+		ok, err = rl.reenter(ctx, holding, h)
+	}
+	countAcquire(true, ok, err)
+	return true, ok, err
 }
 
 // parseAcquire reads the reply of acquire.lua: the fencing token (0 when

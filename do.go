@@ -44,13 +44,20 @@ func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error)
 	defer func() {
 		stop()
 		cancel(nil)
-		releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
-		_, relErr := rl.ReleaseCtx(releaseCtx)
-		done()
-		err = errors.Join(err, relErr)
+		err = errors.Join(err, rl.releaseDetached(ctx))
 	}()
 	if life.Err() != nil {
 		return nil // the hold is over already: the release reports why
 	}
 	return fn(work)
+}
+
+// releaseDetached gives back one acquisition, as ReleaseCtx, within
+// selfReleaseTimeout whatever ctx does: the last one's release hands a fair
+// lock on to its next waiter.
+func (rl *RedisLock) releaseDetached(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+	defer cancel()
+	_, err := rl.ReleaseCtx(ctx)
+	return err
 }

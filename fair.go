@@ -149,20 +149,11 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *h
 		return false, 0, opErr("acquire", rl.key, err)
 	}
 	defer rl.unlockOp()
-	rl.mu.Lock()
-	if cur := rl.cur; cur != nil && cur.count > 0 {
-		live, endErr := cur.live(), cur.err // guarded: a ReleaseCtx whose ctx ended ends holds without rl.op
-		rl.mu.Unlock()
-		if !live {
-			return true, 0, endErr
-		}
-		ok, err := rl.reenter(ctx, holding, cur)
-		countAcquire(true, ok, err)
+	if counting, ok, err := rl.reenterCounting(ctx, holding); counting {
 		// Not ok without an error: the hold was released meanwhile, and
 		// the lock, taken by another, is to be waited for again.
 		return ok || err != nil, 0, err
 	}
-	rl.mu.Unlock()
 	// A handoff counts if it is of fw's latest place in the queue, and the
 	// lease it gave is still ahead by our accounting: the key was set
 	// after the latest round trip that found fw waiting was sent.
@@ -195,19 +186,4 @@ func (rl *RedisLock) takeOver(holding context.Context, fw *fairWaiter, token int
 	fw.taken = true
 	countAcquire(false, true, nil)
 	return nil
-}
-
-// passOn gives back the hold that a fair wait took as its context ended:
-// the release hands the lock to the next waiter.
-func (rl *RedisLock) passOn(ctx context.Context) {
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
-	defer cancel()
-	if err := rl.lockOp(releaseCtx); err != nil { // releaseLast runs under rl.op
-		rl.giveBackNow()
-		return
-	}
-	defer rl.unlockOp()
-	if h, last, _ := rl.giveBack(); last {
-		_ = rl.releaseLast(releaseCtx, h)
-	}
 }

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 		h.renewals.remove(h)
 	}
 	if h.endLife != nil {
-		h.endLife(cmpOr(cause, errReleased))
+		h.endLife(cmp.Or(cause, errReleased))
 	}
 	close(h.done)
 }
@@ -144,13 +145,6 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 // a message that says it already.
 func bare(err error) string {
 	return strings.TrimPrefix(err.Error(), "redislock: ")
-}
-
-func cmpOr(err, otherwise error) error {
-	if err != nil {
-		return err
-	}
-	return otherwise
 }
 
 // extendedLocked records a successful re-entry or renewal sent at sent.
@@ -187,7 +181,7 @@ func (rl *RedisLock) lifeOf(h *hold) context.Context {
 	if h.life == nil {
 		h.life, h.endLife = context.WithCancelCause(context.Background())
 		if !h.live() {
-			h.endLife(cmpOr(h.err, errReleased))
+			h.endLife(cmp.Or(h.err, errReleased))
 		}
 	}
 	return h.life

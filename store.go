@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -231,7 +232,7 @@ func (st *store) pipeline(ctx context.Context, calls []*call) {
 		})
 		for i, c := range calls {
 			if cmds[i] == nil { // the pipeline failed before queueing it
-				c.reply, c.err = nil, cmpOr(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
+				c.reply, c.err = nil, cmp.Or(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
 				continue
 			}
 			c.reply, c.err = checkReply(cmds[i].Result())

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,7 +162,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			done, wait, err := rl.attempt(ctx, holding, fw, n.handoff)
 			switch {
 			case done && err == nil && ending(ctx): // taken as the wait gave up
-				rl.passOn(ctx)
+				_ = rl.releaseDetached(ctx)
 				return rl.gaveUp(ctx)
 			case done && err == nil:
 				w.leave(rl.leaseOfHold())
@@ -254,7 +255,7 @@ func (rl *RedisLock) gaveUp(ctx context.Context) error {
 	if rl.lockerClosed() {
 		return opErr("wait for", rl.key, ErrLockerClosed)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmpOr(ctx.Err(), context.DeadlineExceeded))
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmp.Or(ctx.Err(), context.DeadlineExceeded))
 }
 
 // ending reports whether ctx has ended, or its deadline has passed: a
