@@ -68,17 +68,22 @@ func newLocker(store Scripter, c clock, opts []Option, shared bool) *Locker {
 // defaultLockers holds the default Locker of each store, by store.
 var defaultLockers sync.Map
 
-// defaultLocker returns store's default Locker on c: one per store for the
-// life of the process on the real clock, one per lock on another clock (a
-// test's) or for a store that cannot be a map key.
+// defaultLocker returns store's default Locker on c: one per store (per
+// client, for FromGoRedis) for the life of the process on the real clock,
+// one per lock on another clock (a test's) or for a store that cannot be a
+// map key.
 func defaultLocker(store Scripter, c clock) *Locker {
-	if _, real := c.(realClock); !real || isNil(store) || !reflect.ValueOf(store).Comparable() {
+	key := any(store)
+	if g, ok := store.(goRedis); ok {
+		key = g.c // a pointer, as a rule: no walk through a struct
+	}
+	if _, real := c.(realClock); !real || isNil(store) || !reflect.ValueOf(key).Comparable() {
 		return newLocker(store, c, nil, true)
 	}
-	if v, ok := defaultLockers.Load(store); ok {
+	if v, ok := defaultLockers.Load(key); ok {
 		return v.(*Locker)
 	}
-	v, _ := defaultLockers.LoadOrStore(store, newLocker(store, c, nil, true))
+	v, _ := defaultLockers.LoadOrStore(key, newLocker(store, c, nil, true))
 	return v.(*Locker)
 }
 
