@@ -593,7 +593,9 @@ func TestFairLongLeaseWaiterKeepsItsPlace(t *testing.T) {
 
 // TestFairWaiterStaysLiveOnItsOwnRetries: a fair waiter stays live by
 // attempting every third of its lease; those attempts neither spend its
-// RetryStrategy (two attempts here) nor lose its place to a later waiter.
+// RetryStrategy (three attempts here: the first, which finds the lock
+// busy, and the one that queues spend two) nor lose its place to a later
+// waiter.
 func TestFairWaiterStaysLiveOnItsOwnRetries(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
@@ -603,7 +605,7 @@ func TestFairWaiterStaysLiveOnItsOwnRetries(t *testing.T) {
 	c := srv.Client(t)
 	spied := newSpy(FromGoRedis(c))
 	first := NewRedisLock(spied, key, WithFairness(), WithPubSub(c), WithExpiry(300*time.Millisecond),
-		WithRetry(LimitRetry(FixedRetry(10*time.Millisecond), 2)))
+		WithRetry(LimitRetry(FixedRetry(10*time.Millisecond), 3)))
 	got := make(chan error, 2)
 	go func() { got <- first.AcquireWait(context.Background()) }()
 	waitQueued(t, admin, key, 1)
@@ -725,4 +727,29 @@ func TestFairReleaseWithCorruptCounterForTheNextWaiter(t *testing.T) {
 		t.Fatalf("the key holds %q, want the second waiter's %q", owner, plain.Owner())
 	}
 	mustRelease(t, plain)
+}
+
+// TestFairWaitCountsItsFirstAttempt: every failed attempt of a fair wait
+// counts against its RetryStrategy but its refreshes, the first one too
+// (which does not queue): with LimitRetry of one attempt, a wait on a busy
+// lock makes that one attempt, gives up, and leaves nothing queued.
+func TestFairWaitCountsItsFirstAttempt(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	const key = "fair:once"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+	mustAcquire(t, holder)
+	c := srv.Client(t)
+	spied := newSpy(FromGoRedis(c))
+	once := NewRedisLock(spied, key, WithFairness(), WithPubSub(c), WithRetry(LimitRetry(FixedRetry(time.Millisecond), 1)))
+	if err := once.AcquireWait(context.Background()); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("AcquireWait = %v, want ErrNotAcquired", err)
+	}
+	if n := spied.count(fairAcquireScript); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+	if n := fairQueueLen(t, admin, key); n != 0 {
+		t.Fatalf("%d waiters queued after the wait gave up", n)
+	}
+	mustRelease(t, holder)
 }

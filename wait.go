@@ -173,11 +173,6 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				continue // gave up, unless the error is the hold's end
 			case err != nil:
 				return err
-			case rl.fair() && fw == nil: // the first attempt, which does not queue
-				if err := join(); err != nil {
-					return err
-				}
-				continue
 			}
 			if counts || failures == 0 {
 				failures++
@@ -186,11 +181,14 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			if err != nil {
 				return err
 			}
-			if w == nil && rl.pubsub != nil {
+			if w == nil && rl.pubsub != nil || rl.fair() && fw == nil {
 				// Subscribe now, and attempt again as soon as the
 				// subscription is confirmed: a release between the two
-				// attempts cannot go unheard.
-				_ = join() // fw is made: no error
+				// attempts cannot go unheard. A fair wait queues from
+				// this attempt on.
+				if err := join(); err != nil {
+					return err
+				}
 				continue
 			}
 			arm(d)
