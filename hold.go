@@ -77,7 +77,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 	h.nextRenew = h.started.Add(lease / 3)
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if !l.track(rl, h) {
+	if !l.track(h) {
 		return false
 	}
 	rl.cur = h

@@ -32,7 +32,7 @@ type Locker struct {
 	wg       sync.WaitGroup     // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
 
 	mu     sync.Mutex
-	holds  map[*hold]*RedisLock // live holds of its locks (not for a shared Locker)
+	holds  map[*hold]bool // live holds of its locks (not for a shared Locker)
 	hubs   map[any]*hub         // its wake-up subscriptions, by Subscriber
 	joined bool                 // Close has waited for its goroutines: start no more
 	late   []error              // releases that failed after Close began
@@ -59,7 +59,7 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 
 func newLocker(store Scripter, c clock, opts []Option, shared bool) *Locker {
 	l := &Locker{store: newStore(store), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
-		holds: map[*hold]*RedisLock{}, hubs: map[any]*hub{}}
+		holds: map[*hold]bool{}, hubs: map[any]*hub{}}
 	l.closing, l.shut = context.WithCancel(context.Background())
 	l.renewals.locker = l
 	return l
@@ -177,7 +177,8 @@ func (l *Locker) Close() error {
 
 	// Every hold ends first, at once; then the keys are released, in one
 	// pipeline per server, so that a stalled release holds up no hold's end.
-	for h, rl := range held {
+	for h := range held {
+		rl := h.rl
 		rl.mu.Lock()
 		if !h.live() {
 			delete(held, h)
@@ -188,8 +189,8 @@ func (l *Locker) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout) // for them all
 	defer cancel()
 	calls := make([]*call, 0, len(held))
-	for h, rl := range held {
-		calls = append(calls, rl.releaseCall(ctx, h.id, 0))
+	for h := range held {
+		calls = append(calls, h.rl.releaseCall(ctx, h.id, 0))
 	}
 	l.store.runAll(ctx, calls, func(done []*call) {
 		for _, c := range done {
@@ -212,8 +213,8 @@ func (l *Locker) Close() error {
 // isClosed reports whether Close was called.
 func (l *Locker) isClosed() bool { return l.closing.Err() != nil }
 
-// track records a live hold of rl; false when the Locker is closed.
-func (l *Locker) track(rl *RedisLock, h *hold) bool {
+// track records a live hold; false when the Locker is closed.
+func (l *Locker) track(h *hold) bool {
 	if l.shared {
 		return true // never closed
 	}
@@ -222,7 +223,7 @@ func (l *Locker) track(rl *RedisLock, h *hold) bool {
 	if l.isClosed() {
 		return false
 	}
-	l.holds[h] = rl
+	l.holds[h] = true
 	return true
 }
 
