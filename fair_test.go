@@ -753,3 +753,42 @@ func TestFairWaitCountsItsFirstAttempt(t *testing.T) {
 	}
 	mustRelease(t, holder)
 }
+
+// TestFairRefreshesDoNotPutOffCountedAttempts: behind a holder that renews,
+// a fair waiter's refreshes (every third of its own, shorter, lease) learn
+// the holder's renewed lease each time; the attempt that counts still comes
+// when the lease learnt by the last counted attempt ends, so LimitRetry
+// runs out instead of the wait lasting as long as its context.
+func TestFairRefreshesDoNotPutOffCountedAttempts(t *testing.T) {
+	srv := redisserver.Start(t)
+	for _, tc := range []struct {
+		name string
+		opts func(c *redis.Client) []Option
+	}{
+		{"pubsub", func(c *redis.Client) []Option {
+			return []Option{WithPubSub(c), WithRetry(LimitRetry(FixedRetry(10*time.Millisecond), 3))}
+		}},
+		{"no pubsub, a pace longer than the holder's lease", func(*redis.Client) []Option {
+			return []Option{WithPubSub(nil), WithRetry(LimitRetry(FixedRetry(5*time.Second), 3))}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "fair:limit:" + tc.name
+			holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithExpiry(time.Second)) // renewed every third of a second
+			mustAcquire(t, holder)
+			c := srv.Client(t)
+			spied := newSpy(FromGoRedis(c))
+			waiter := NewRedisLock(spied, key, append(tc.opts(c), WithFairness(), WithExpiry(150*time.Millisecond))...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := waiter.AcquireWait(ctx)
+			if !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+				t.Fatalf("AcquireWait = %v (context: %v), want ErrNotAcquired from LimitRetry", err, ctx.Err())
+			}
+			if n := spied.count(fairAcquireScript); n <= 3 {
+				t.Fatalf("%d attempts: the waiter made no refresh between its counted ones", n)
+			}
+			mustRelease(t, holder)
+		})
+	}
+}

@@ -33,9 +33,9 @@ type Locker struct {
 
 	mu     sync.Mutex
 	holds  map[*hold]bool // live holds of its locks (not for a shared Locker)
-	hubs   map[any]*hub         // its wake-up subscriptions, by Subscriber
-	joined bool                 // Close has waited for its goroutines: start no more
-	late   []error              // releases that failed after Close began
+	hubs   map[any]*hub   // its wake-up subscriptions, by Subscriber
+	joined bool           // Close has waited for its goroutines: start no more
+	late   []error        // releases that failed after Close began
 }
 
 // failed records a release that failed after Close began, for Close to

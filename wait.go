@@ -31,7 +31,8 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // waiting process. An attempt that loses learns the holder's remaining
 // lease, and the next attempt comes no later than its end (a holder that
 // crashed publishes nothing). Without wake-ups (no pub/sub client, or the
-// subscription down), attempts are paced by the RetryStrategy.
+// subscription down), attempts are paced by the RetryStrategy; without a
+// pub/sub client, the waiters of one process keep no line.
 //
 // When it gives up it returns an error matching ErrNotAcquired and
 // ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
@@ -107,14 +108,16 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		w = rl.join(waitCtx, id) // subscribed before it queues: no release or handoff goes unheard
 		return nil
 	}
-	var next timer   // of the next attempt; made when first armed
-	refresh := false // the timer only keeps fw live in its queue: its attempt does not count
+	var next timer    // of the next attempt; made when first armed
+	var due time.Time // when the next attempt that counts is due
+	refresh := false  // the timer only keeps fw live in its queue: its attempt does not count
 	defer func() {
 		if next != nil {
 			next.Stop()
 		}
 	}()
-	arm := func(d time.Duration) {
+	arm := func(d time.Duration) { // the next counted attempt in d; a fair waiter's refresh before
+		due = rl.clock.Now().Add(d)
 		if refresh = fw != nil && d > fw.lease/3; refresh {
 			d = fw.lease / 3
 		}
@@ -174,12 +177,17 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			case err != nil:
 				return err
 			}
-			if counts || failures == 0 {
+			if counts = counts || failures == 0; counts {
 				failures++
 			}
 			d, err := rl.nextAttempt(failures, wait, w)
 			if err != nil {
 				return err
+			}
+			if left := due.Sub(rl.clock.Now()); !counts && left < d {
+				// A refresh keeps the counted attempt where it was: a
+				// holder that renews must not put it off for ever.
+				d = max(left, 0)
 			}
 			if w == nil && rl.pubsub != nil || rl.fair() && fw == nil {
 				// Subscribe now, and attempt again as soon as the
