@@ -73,6 +73,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 	})
+	// Our client code alone: a new RedisLock per pair, on a store that
+	// answers at once.
+	b.Run("impl=redislock-no-network", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			rl := NewRedisLock(instantStore{}, "bench:ours")
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}
+
+// instantStore answers acquire.lua and release.lua at once, as a free lock
+// would.
+type instantStore struct{}
+
+func (instantStore) ScriptRunCtx(_ context.Context, script *redis.Script, _ []string, _ ...any) (any, error) {
+	if script == acquireScript {
+		return "OK", nil
+	}
+	return int64(1), nil
 }
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
@@ -115,8 +140,9 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 // one back to back in every iteration, so that the drift of loopback round
 // trips on a shared machine hits both alike; it reports each one's time per
 // pair and ours/raw as ratio (targets: 1.03 serial, 1.05 parallel). Each
-// pair makes a new RedisLock, as go-zero code does. parallel runs 16
-// goroutines, each with its own key.
+// pair makes a new RedisLock, as go-zero code does. scripts times our two
+// scripts sent with raw go-redis instead, the server's share of the
+// difference. parallel runs 16 goroutines, each with its own key.
 func BenchmarkInterleaved(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
@@ -155,6 +181,32 @@ func BenchmarkInterleaved(b *testing.B) {
 			}
 		}
 		report(b, &rawNs, &oursNs)
+	})
+	// Our two scripts alone, sent with raw go-redis as the baseline is:
+	// what the server's extra work (the release marker, the check of
+	// given-up attempts, the PUBLISH) costs, without our client code.
+	b.Run("scripts", func(b *testing.B) {
+		var rawNs, scriptsNs time.Duration
+		keys := []string{"bench:i:raw"}
+		acquireKeys := []string{"bench:i:s", relatedName("bench:i:s", "abandoned")}
+		releaseKeys := []string{"bench:i:s", relatedName("bench:i:s", "last-release")}
+		channel := relatedName("bench:i:s", "released")
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if err := rawPair(ctx, c, keys, "fixed-owner-id-0123456789"); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			id := newID()
+			if err := c.EvalSha(ctx, acquireScript.Hash(), acquireKeys, id, DefaultExpiry.Milliseconds()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := c.EvalSha(ctx, releaseScript.Hash(), releaseKeys, id, channel).Int64(); n != 1 || err != nil {
+				b.Fatal(n, err)
+			}
+			rawNs, scriptsNs = rawNs+t1.Sub(t0), scriptsNs+time.Since(t1)
+		}
+		b.ReportMetric(float64(scriptsNs)/float64(rawNs), "ratio")
 	})
 	b.Run("parallel", func(b *testing.B) {
 		var rawNs, oursNs atomic.Int64
