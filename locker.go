@@ -65,7 +65,8 @@ func newLocker(store Scripter, c clock, opts []Option, shared bool) *Locker {
 	return l
 }
 
-// defaultLockers holds the default Locker of each store, by store.
+// defaultLockers holds the default Locker of each store, by store (by
+// client, for FromGoRedis).
 var defaultLockers sync.Map
 
 // defaultLocker returns store's default Locker on c: one per store (per
