@@ -78,8 +78,7 @@ func (c *keyWaiters) unblock() {
 type waiter struct {
 	hub    *hub
 	name   string
-	id     string // a fair lock's waiter: its id in the queue in Redis
-	rl     *RedisLock
+	id     string        // a fair lock's waiter: its id in the queue in Redis
 	notify chan struct{} // cap 1: there is news
 	left   bool          // out of the queue; owned by the waiting goroutine
 
@@ -138,7 +137,7 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	if h == nil {
 		return nil
 	}
-	w := &waiter{hub: h, name: rl.channel, id: id, rl: rl, notify: make(chan struct{}, 1)}
+	w := &waiter{hub: h, name: rl.channel, id: id, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	c := h.chans[w.name]
 	if c == nil {
@@ -279,7 +278,7 @@ func (h *hub) released(name, payload string) {
 		switch {
 		case w.id == id:
 			w.give(news{handoff: &m})
-		case w.attemptAt.IsZero() || w.rl.clock.Now().Add(m.lease).Before(w.attemptAt):
+		case w.attemptAt.IsZero() || h.locker.clock.Now().Add(m.lease).Before(w.attemptAt):
 			// Woken only if the new holder's key, unreleased, would
 			// expire before the waiter's next attempt.
 			w.give(news{holder: m.lease})
