@@ -9,13 +9,15 @@ import (
 // A RetryStrategy paces the attempts of AcquireWait when no wake-up arrives:
 // without a pub/sub client, while the subscription is down, or when the
 // holder's lease has no expiry. However long it says, the next attempt comes
-// no later than the end of the holder's lease. Every failed attempt counts,
+// no later than the end of the holder's lease (a millisecond past the PTTL
+// the last attempt read). Every failed attempt counts,
 // those made when the holder's lease would end included (behind a holder
 // that renews, one comes every lease), except a fair waiter's attempts made
 // only to stay live in its queue.
 type RetryStrategy interface {
 	// Backoff returns how long to wait after n failed attempts (n >= 1),
-	// and false to give up.
+	// and false to give up. It may be called more than once with the same
+	// n (a fair waiter's refreshes ask again).
 	Backoff(n int) (time.Duration, bool)
 }
 
@@ -103,7 +105,7 @@ func retryErr(s RetryStrategy) error {
 }
 
 // WithRetry sets how AcquireWait paces its attempts when no wake-up arrives
-// (DefaultRetry if not set). An invalid strategy from FixedRetry,
+// (DefaultRetry if not set; nil leaves it as it was). An invalid strategy from FixedRetry,
 // ExponentialRetry or LimitRetry is reported as ErrInvalidExpiry by
 // AcquireWait.
 func WithRetry(s RetryStrategy) Option {

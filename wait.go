@@ -25,12 +25,12 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // server has confirmed the subscription, attempt again, so that no release
 // can be missed and waiting on a free lock costs what an acquisition costs.
 // Then it waits without polling: a release publishes a wake-up, and the
-// waiter that has waited longest in this process (per pub/sub client)
-// makes the next attempt; the others wait behind it, so waiters of one
-// process acquire in arrival order and a release costs one attempt per
+// waiter that has waited longest in this process (per Locker and pub/sub
+// client) makes the next attempt; the others wait behind it, so waiters of
+// one process acquire in arrival order and a release costs one attempt per
 // waiting process. An attempt that loses learns the holder's remaining
-// lease, and the next attempt comes no later than its end (a holder that
-// crashed publishes nothing). Without wake-ups (no pub/sub client, or the
+// lease, and the next attempt comes when it ends, a millisecond past the
+// PTTL it read (a holder that crashed publishes nothing). Without wake-ups (no pub/sub client, or the
 // subscription down), attempts are paced by the RetryStrategy; without a
 // pub/sub client, the waiters of one process keep no line.
 //
@@ -248,9 +248,12 @@ func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (t
 	switch {
 	case wait < 0: // no expiry: only releases and retries end it
 	case w.subscribed():
-		d = wait // a release wakes us; its lease bounds the wait
+		// A release wakes us; the lease bounds the wait. A PTTL is whole
+		// milliseconds, rounded down: the key is gone a millisecond after
+		// it, not at it (PTTL 0 is a key still there).
+		d = wait + time.Millisecond
 	default:
-		d = min(d, wait)
+		d = min(d, wait+time.Millisecond)
 	}
 	return max(d, 0), nil
 }

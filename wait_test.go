@@ -394,3 +394,31 @@ func TestLimitRetryCountsLeaseEndAttempts(t *testing.T) {
 	}
 	mustRelease(t, holder)
 }
+
+// Found by the black-box review of round 12: the attempt timed for the end
+// of a holder's lease could reach Redis while PTTL still said 0 (under a
+// millisecond left), fail, and count, and the wait then tried again at once
+// within that millisecond; with LimitRetry it gave up behind a key about to
+// expire (8 of 30 runs). The attempt now comes a millisecond past the
+// PTTL: behind a key that expires, the third attempt takes the lock.
+func TestLeaseEndAttemptFindsTheKeyGone(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	for i := range 20 {
+		key := fmt.Sprintf("expiring:%d", i)
+		if err := admin.Set(ctx, key, "outsider", 40*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		spied := newSpy(FromGoRedis(c))
+		rl := NewRedisLock(spied, key, WithPubSub(c), WithRetry(LimitRetry(FixedRetry(5*time.Second), 3)))
+		if err := rl.AcquireWait(ctx); err != nil {
+			t.Fatalf("run %d: %v after %d attempts", i, err, spied.count(acquireScript))
+		}
+		if n := spied.count(acquireScript); n > 3 {
+			t.Fatalf("run %d: %d attempts behind a key that expired", i, n)
+		}
+		mustRelease(t, rl)
+	}
+}
