@@ -31,8 +31,8 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // waiting process. An attempt that loses learns the holder's remaining
 // lease, and the next attempt comes when it ends, a millisecond past the
 // PTTL it read (a holder that crashed publishes nothing). Without wake-ups (no pub/sub client, or the
-// subscription down), attempts are paced by the RetryStrategy; without a
-// pub/sub client, the waiters of one process keep no line.
+// subscription down), attempts are paced by the RetryStrategy, and only
+// the first in line makes them.
 //
 // When it gives up it returns an error matching ErrNotAcquired and
 // ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
@@ -189,15 +189,17 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				// holder that renews must not put it off for ever.
 				d = max(left, 0)
 			}
-			if w == nil && rl.pubsub != nil || rl.fair() && fw == nil {
-				// Subscribe now, and attempt again as soon as the
-				// subscription is confirmed: a release between the two
-				// attempts cannot go unheard. A fair wait queues from
-				// this attempt on.
+			if w == nil || rl.fair() && fw == nil {
+				// Queue (and subscribe) now, and attempt again as soon as
+				// the subscription is confirmed: a release between the two
+				// attempts cannot go unheard. A fair wait queues in Redis
+				// from this attempt on.
 				if err := join(); err != nil {
 					return err
 				}
-				continue
+				if fw != nil || w.subscribed() {
+					continue
+				}
 			}
 			arm(d)
 		case head && n.holder > 0:

@@ -38,15 +38,16 @@ func WithPubSub(s Subscriber) Option {
 const subscribeWait = time.Second
 
 // A hub is a Locker's one subscription through one client, shared by every
-// lock of the Locker that waits, multiplexing their channels. It opens with
-// the first waiter and closes when the last one leaves.
+// lock of the Locker that waits, multiplexing their channels (the locks
+// without pub/sub share one without a subscription, for their lines). It
+// opens with the first waiter and closes when the last one leaves.
 type hub struct {
 	locker *Locker
-	key    any // in locker.hubs
-	ps     *redis.PubSub
+	key    any           // in locker.hubs
+	ps     *redis.PubSub // nil without pub/sub: the hub keeps lines and wakes nobody
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the reader goroutine has returned
+	done   chan struct{} // closed when the reader goroutine has returned (at once without one)
 	users  int           // waiters joined; guarded by locker.mu
 
 	mu      sync.Mutex
@@ -96,9 +97,12 @@ type news struct {
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
 // when it can be compared (a client pointer, as a rule), else rl, which
-// then has a hub of its own.
+// then has a hub of its own; nil for the hub of the locks without pub/sub.
 func (rl *RedisLock) hubKey() any {
-	if reflect.ValueOf(rl.pubsub).Comparable() {
+	switch {
+	case rl.pubsub == nil:
+		return nil
+	case reflect.ValueOf(rl.pubsub).Comparable():
 		return rl.pubsub
 	}
 	return rl
@@ -108,9 +112,6 @@ func (rl *RedisLock) hubKey() any {
 // key on rl's pub/sub client (plain locks), and whether their subscription
 // to its channel is confirmed.
 func (rl *RedisLock) waitersHere() (queued, confirmed bool) {
-	if rl.pubsub == nil {
-		return false, false
-	}
 	l := rl.locker
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -127,12 +128,10 @@ func (rl *RedisLock) waitersHere() (queued, confirmed bool) {
 // join puts an AcquireWait of rl in the queue of rl's channel (for a fair
 // lock, its waiter id: it waits for handoffs to id, and for releases that
 // hand nothing on), opening the client's hub if needed and waiting (within
-// ctx and subscribeWait) for the channel's subscription to be confirmed. It
-// returns nil when rl has no wake-ups.
+// ctx and subscribeWait) for the channel's subscription to be confirmed. A
+// hub without pub/sub keeps the line and wakes nobody. It returns nil once
+// the Locker is closed.
 func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
-	if rl.pubsub == nil {
-		return nil
-	}
 	h := rl.useHub()
 	if h == nil {
 		return nil
@@ -143,10 +142,14 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 	if c == nil {
 		c = &keyWaiters{fair: map[string]*waiter{}, ready: make(chan struct{})}
 		h.chans[w.name] = c
-		h.pending[w.name]++
-		if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
-			logx.Errorf("redislock: subscribing to wake-ups of %q failed, pacing by retries: %v", rl.key, err)
-			c.unblock() // no confirmation is coming: go on unsubscribed
+		if h.ps == nil {
+			c.unblock() // nothing to confirm
+		} else {
+			h.pending[w.name]++
+			if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
+				logx.Errorf("redislock: subscribing to wake-ups of %q failed, pacing by retries: %v", rl.key, err)
+				c.unblock() // no confirmation is coming: go on unsubscribed
+			}
 		}
 	}
 	if id != "" {
@@ -170,7 +173,8 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 }
 
 // useHub returns rl's hub, opened if need be, counting one more user; nil
-// when the Locker is closed or the Subscriber gives no PubSub.
+// when the Locker is closed. Without pub/sub (none, or a Subscriber that
+// gives no PubSub) the hub has no subscription and no reader.
 func (rl *RedisLock) useHub() *hub {
 	key, l := rl.hubKey(), rl.locker
 	l.mu.Lock()
@@ -181,20 +185,22 @@ func (rl *RedisLock) useHub() *hub {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		ps := rl.pubsub.Subscribe(ctx)
-		if ps == nil {
-			cancel()
-			logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", rl.pubsub)
-			return nil
-		}
-		h = &hub{locker: l, key: key, ps: ps, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		h = &hub{locker: l, key: key, ctx: ctx, cancel: cancel, done: closedChan,
 			chans: map[string]*keyWaiters{}, pending: map[string]int{}}
+		if rl.pubsub != nil {
+			if h.ps = rl.pubsub.Subscribe(ctx); h.ps == nil {
+				logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", rl.pubsub)
+			}
+		}
 		l.hubs[key] = h
-		l.wg.Add(1) // under l.mu: Close has not waited yet
-		go func() {
-			defer l.wg.Done()
-			h.read()
-		}()
+		if h.ps != nil {
+			h.done = make(chan struct{})
+			l.wg.Add(1) // under l.mu: Close has not waited yet
+			go func() {
+				defer l.wg.Done()
+				h.read()
+			}()
+		}
 	}
 	h.users++
 	return h
@@ -391,7 +397,7 @@ func (w *waiter) leave(lease time.Duration) {
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
 		delete(h.chans, w.name)
-		if !h.locker.isClosed() { // else the last waiter out closes the subscription
+		if h.ps != nil && !h.locker.isClosed() { // else the last waiter out closes the subscription
 			if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
 				logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
 			}
@@ -409,7 +415,9 @@ func (w *waiter) leave(lease time.Duration) {
 	l.mu.Unlock()
 	if last {
 		h.cancel()
-		_ = h.ps.Close()
+		if h.ps != nil {
+			_ = h.ps.Close()
+		}
 		<-h.done
 	}
 }
