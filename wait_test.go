@@ -484,3 +484,30 @@ func lineOf(rl *RedisLock) int {
 	}
 	return 0
 }
+
+// noPubSub is a Subscriber that gives no PubSub.
+type noPubSub struct{}
+
+func (noPubSub) Subscribe(context.Context, ...string) *redis.PubSub { return nil }
+
+// A wait whose Subscriber gave no PubSub joined again after every attempt
+// and attempted again at once, unpaced; it now waits in a line without a
+// subscription, paced by its RetryStrategy.
+func TestWaitWithASubscriberThatGivesNoPubSubIsPaced(t *testing.T) {
+	srv := redisserver.Start(t)
+	const key = "no-pubsub"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key)
+	mustAcquire(t, holder)
+	spied := newSpy(FromGoRedis(srv.Client(t)))
+	rl := NewRedisLock(spied, key, WithPubSub(noPubSub{}), WithRetry(FixedRetry(10*time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := rl.AcquireWait(ctx); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("AcquireWait = %v, want ErrNotAcquired", err)
+	}
+	// Every 10 ms for 300 ms is about 30 attempts.
+	if n := spied.count(acquireScript); n > 60 {
+		t.Fatalf("%d attempts in 300 ms: not paced", n)
+	}
+	mustRelease(t, holder)
+}
