@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,45 +173,61 @@ func TestRealSubscriptionKilledDuringWaits(t *testing.T) {
 	requireNoHubs(t)
 }
 
+// TestRealWaitersOfOneProcessGoInArrivalOrder: waiters of one process
+// queue, and only the first in line attempts, with pub/sub and without it
+// (found by the black-box review of round 11: without pub/sub every waiter
+// made its own paced attempts, and they acquired in no order).
 func TestRealWaitersOfOneProcessGoInArrivalOrder(t *testing.T) {
 	srv := redisserver.Start(t)
-	c := srv.Client(t)
-	blocker := NewRedisLock(FromGoRedis(c), "fifo", WithExpiry(30*time.Second))
-	mustAcquire(t, blocker)
-	const waiters = 10
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := 0; i < waiters; i++ {
-		rl := NewRedisLock(FromGoRedis(c), "fifo")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := rl.AcquireWait(context.Background()); err != nil {
-				t.Error(err)
-				return
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"pubsub", nil},
+		{"no pubsub", []Option{WithPubSub(nil), WithRetry(FixedRetry(10 * time.Millisecond))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "fifo:" + tc.name
+			c := srv.Client(t)
+			blocker := NewRedisLock(FromGoRedis(c), key, WithExpiry(30*time.Second))
+			mustAcquire(t, blocker)
+			spied := newSpy(FromGoRedis(c))
+			const waiters = 10
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+			)
+			for i := 0; i < waiters; i++ {
+				rl := NewRedisLock(spied, key, tc.opts...)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := rl.AcquireWait(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					rl.Release()
+				}()
+				waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(rl) == i+1 }) // arrived, in this order
 			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			time.Sleep(time.Millisecond)
-			rl.Release()
-		}()
-		for queueLen(blocker) < i+1 { // arrived, in this order
-			time.Sleep(time.Millisecond)
-		}
-	}
-	mustRelease(t, blocker)
-	wg.Wait()
-	for i, w := range order {
-		if w != i {
-			t.Fatalf("acquisition order %v, want arrival order", order)
-		}
-	}
-	if len(order) != waiters {
-		t.Fatalf("%d acquired", len(order))
+			before := spied.count(acquireScript)
+			time.Sleep(300 * time.Millisecond)
+			// The first in line alone, every 10 ms without pub/sub: about
+			// 30 attempts; ten waiters, 300.
+			if n := spied.count(acquireScript) - before; n > 60 {
+				t.Errorf("%d attempts in 300 ms behind a holder: more than the first in line made them", n)
+			}
+			mustRelease(t, blocker)
+			wg.Wait()
+			if !slices.Equal(order, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+				t.Fatalf("acquisition order %v, want arrival order", order)
+			}
+		})
 	}
 }
 

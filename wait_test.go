@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -422,67 +421,6 @@ func TestLeaseEndAttemptFindsTheKeyGone(t *testing.T) {
 		}
 		mustRelease(t, rl)
 	}
-}
-
-// Found by the black-box review of round 11: without pub/sub, every waiter
-// of a process made its own paced attempts, and the waiters acquired in no
-// order. They now queue as with pub/sub: only the first in line attempts,
-// at the RetryStrategy's pace, and they acquire in arrival order.
-func TestWaitersWithoutPubSubKeepALine(t *testing.T) {
-	srv := redisserver.Start(t)
-	const key = "line"
-	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key)
-	mustAcquire(t, holder)
-	spied := newSpy(FromGoRedis(srv.Client(t)))
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i := range 4 {
-		rl := NewRedisLock(spied, key, WithPubSub(nil), WithRetry(FixedRetry(10*time.Millisecond)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := rl.AcquireWait(context.Background()); err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-			if ok, err := rl.Release(); !ok || err != nil {
-				t.Error(ok, err)
-			}
-		}()
-		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return lineOf(rl) == i+1 })
-	}
-	before := spied.count(acquireScript)
-	time.Sleep(300 * time.Millisecond)
-	// One waiter attempting every 10 ms makes about 30 attempts; four, 120.
-	if n := spied.count(acquireScript) - before; n > 60 {
-		t.Errorf("%d attempts in 300 ms behind a holder: more than the first in line made them", n)
-	}
-	mustRelease(t, holder)
-	wg.Wait()
-	if !slices.Equal(order, []int{0, 1, 2, 3}) {
-		t.Fatalf("acquired in the order %v, not in arrival order", order)
-	}
-}
-
-// lineOf returns how many AcquireWaits of rl's Locker queue for its key on
-// its pub/sub client, or without one.
-func lineOf(rl *RedisLock) int {
-	l := rl.locker
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if h := l.hubs[rl.hubKey()]; h != nil {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if c := h.chans[rl.channel]; c != nil {
-			return len(c.queue)
-		}
-	}
-	return 0
 }
 
 // noPubSub is a Subscriber that gives no PubSub.
