@@ -245,7 +245,7 @@ func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *ha
 func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (time.Duration, error) {
 	d, more := rl.retry.Backoff(failures)
 	if !more {
-		return 0, fmt.Errorf("%w: %q still held after %d attempts", ErrNotAcquired, rl.key, failures)
+		return 0, fmt.Errorf("%w: %q still held at attempt %d, the RetryStrategy's last", ErrNotAcquired, rl.key, failures)
 	}
 	switch {
 	case wait < 0: // no expiry: only releases and retries end it
