@@ -115,10 +115,11 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	}
 	rl.closeLocked(h, cause)
 	rl.countEnd(h, cause)
+	asked := !rl.watchdog && errors.Is(cause, errLeaseRanOut) // WithoutWatchdog: the lease ran out, as it was to
 	switch {
-	case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrMaxHoldExceeded):
+	case !asked && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrMaxHoldExceeded)):
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
-	case cause != nil: // the holding context ended, then the lease ran out; or Close
+	case cause != nil: // the holding context ended, then the lease ran out; or Close; or no watchdog
 		logx.Infof("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
 	}
 	return cause

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrLockerClosed reports a call on a lock of a Locker that was closed, and
@@ -30,6 +31,8 @@ type Locker struct {
 	shut     context.CancelFunc // ends closing
 	finished chan struct{}      // closed when Close returns
 	wg       sync.WaitGroup     // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
+
+	quiet atomic.Pointer[hub] // the hub of its locks without pub/sub, while open
 
 	mu     sync.Mutex
 	holds  map[*hold]bool // live holds of its locks (not for a shared Locker)

@@ -54,6 +54,7 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
 	default:
 		rl.countEnd(h, nil)
+		rl.locker.releasedHere(rl.channel)
 	}
 	// A renewal in the network is not waited for: it is owner-checked, and
 	// cannot bring back or extend the deleted key.

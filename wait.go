@@ -32,7 +32,8 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // lease, and the next attempt comes when it ends, a millisecond past the
 // PTTL it read (a holder that crashed publishes nothing). Without wake-ups (no pub/sub client, or the
 // subscription down), attempts are paced by the RetryStrategy, and only
-// the first in line makes them.
+// the first in line makes them (each fair waiter makes its own: a handoff to
+// it is learnt by its attempt).
 //
 // When it gives up it returns an error matching ErrNotAcquired and
 // ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when

@@ -193,6 +193,9 @@ func (rl *RedisLock) useHub() *hub {
 			}
 		}
 		l.hubs[key] = h
+		if key == nil {
+			l.quiet.Store(h)
+		}
 		if h.ps != nil {
 			h.done = make(chan struct{})
 			l.wg.Add(1) // under l.mu: Close has not waited yet
@@ -319,6 +322,19 @@ func (h *hub) dropped(err error, failures int) {
 	}
 }
 
+// releasedHere lets the first in the line of channel's key among the
+// Locker's waiters without pub/sub attempt: a lock of the Locker released
+// the key, and no message tells them.
+func (l *Locker) releasedHere(channel string) {
+	if h := l.quiet.Load(); h != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if c := h.chans[channel]; c != nil && len(c.queue) > 0 {
+			c.queue[0].give(news{attempt: true})
+		}
+	}
+}
+
 // give adds n to w's news and wakes it. The caller holds w.hub.mu.
 func (w *waiter) give(n news) {
 	o := &w.news
@@ -411,6 +427,9 @@ func (w *waiter) leave(lease time.Duration) {
 	last := h.users == 0
 	if last {
 		delete(l.hubs, h.key)
+		if h.key == nil {
+			l.quiet.Store(nil)
+		}
 	}
 	l.mu.Unlock()
 	if last {
