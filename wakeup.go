@@ -108,9 +108,9 @@ func (rl *RedisLock) hubKey() any {
 	return rl
 }
 
-// waitersHere reports whether AcquireWaits in this process queue for rl's
-// key on rl's pub/sub client (plain locks), and whether their subscription
-// to its channel is confirmed.
+// waitersHere reports whether plain AcquireWaits of rl's Locker queue for
+// rl's key on rl's pub/sub client (or without one), and whether their
+// subscription to its channel is confirmed.
 func (rl *RedisLock) waitersHere() (queued, confirmed bool) {
 	l := rl.locker
 	l.mu.Lock()
