@@ -54,7 +54,6 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
 	default:
 		rl.countEnd(h, nil)
-		rl.locker.releasedHere(rl.channel)
 	}
 	// A renewal in the network is not waited for: it is owner-checked, and
 	// cannot bring back or extend the deleted key.
@@ -70,7 +69,11 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
 	c := rl.releaseCall(ctx, id, abandon)
 	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
-	return releaseResult(c)
+	deleted, err := releaseResult(c)
+	if deleted {
+		rl.locker.releasedHere(rl.channel) // no message tells the waiters without pub/sub
+	}
+	return deleted, err
 }
 
 // releaseCall returns release's script call, tagged with rl.

@@ -457,21 +457,37 @@ func TestWaitWithASubscriberThatGivesNoPubSubIsPaced(t *testing.T) {
 func TestReleaseHereWakesTheLineWithoutPubSub(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
-	const key = "quiet"
-	holder := NewRedisLock(FromGoRedis(c), key, WithExpiry(30*time.Second))
-	mustAcquire(t, holder)
-	waiter := NewRedisLock(FromGoRedis(c), key, WithPubSub(nil), WithRetry(FixedRetry(time.Hour)))
-	got := make(chan error, 1)
-	go func() { got <- waiter.AcquireWait(context.Background()) }()
-	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
-	mustRelease(t, holder)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second): // its own next attempt: the holder's lease, 30 s
-		t.Fatal("the waiter did not attempt when the lock was released beside it")
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		release bool // by Release; else the watchdog's, at the maximum hold
+	}{
+		{"Release", nil, true},
+		{"maximum hold", []Option{WithMaxHold(200 * time.Millisecond)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "quiet:" + tc.name
+			holder := NewRedisLock(FromGoRedis(c), key, append(tc.opts, WithExpiry(30*time.Second))...)
+			mustAcquire(t, holder)
+			waiter := NewRedisLock(FromGoRedis(c), key, WithPubSub(nil), WithRetry(FixedRetry(time.Hour)))
+			got := make(chan error, 1)
+			go func() { got <- waiter.AcquireWait(context.Background()) }()
+			waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+			if tc.release {
+				mustRelease(t, holder)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second): // its own next attempt: the holder's lease, 30 s
+				t.Fatal("the waiter did not attempt when the lock was released beside it")
+			}
+			mustRelease(t, waiter)
+			if !tc.release {
+				holder.Release() // the hold ended at its maximum hold: give back its acquisition
+			}
+		})
 	}
-	mustRelease(t, waiter)
 }
