@@ -395,8 +395,8 @@ func commandCalls(b *testing.B, c *redis.Client, cmd string) int64 {
 // BenchmarkContention runs waiters goroutines, each with its own RedisLock,
 // contending for one key until b.N acquisitions, holding it for hold each
 // time. mode is how they wait: wakeup (AcquireWait with pub/sub), retry
-// (AcquireWait with DefaultRetry alone), or poll1ms (AcquireCtx every 1ms,
-// as go-zero users loop). It reports acquisitions per second, the handoff
+// (AcquireWait with DefaultRetry alone), poll1ms (AcquireCtx every 1ms,
+// as go-zero users loop), or fair-retry (retry with WithFairness). It reports acquisitions per second, the handoff
 // from one holder's Release call to the next different holder's
 // acquisition, EVALSHA+EVAL calls per acquisition (releases included), and
 // the wait of each acquisition (its spread shows the turn taking).
@@ -404,7 +404,7 @@ func BenchmarkContention(b *testing.B) {
 	c := benchClient(b)
 	for _, waiters := range []int{8, 32} {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
-			for _, mode := range []string{"wakeup", "retry", "poll1ms"} {
+			for _, mode := range []string{"wakeup", "retry", "poll1ms", "fair-retry"} {
 				b.Run(fmt.Sprintf("waiters=%d/hold=%v/mode=%s", waiters, hold, mode), func(b *testing.B) {
 					benchContention(b, c, waiters, hold, mode)
 				})
@@ -420,6 +420,9 @@ func benchContention(b *testing.B, c *redis.Client, waiters int, hold time.Durat
 	var opts []Option
 	if mode != "wakeup" {
 		opts = append(opts, WithPubSub(nil))
+	}
+	if mode == "fair-retry" {
+		opts = append(opts, WithFairness())
 	}
 	var (
 		remaining                atomic.Int64

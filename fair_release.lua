@@ -23,8 +23,10 @@
 -- at most 10 per call; when no live one is found, KEYS[1] is deleted and
 -- an empty message is published, as release.lua does.
 --
--- Reply: 1 when KEYS[1] held ARGV[1] and was handed on or deleted, and
---        KEYS[2] holds ARGV[1] for 10 s; 2 when ARGV[1] was released
+-- Reply: the message published when KEYS[1] held ARGV[1] and was handed
+--        on (so that the releaser can tell a waiter of its own process
+--        without pub/sub), 1 when it was deleted; either way KEYS[2] holds
+--        ARGV[1] for 10 s. 2 when ARGV[1] was released
 --        already (a retry); 0 when KEYS[1] does not hold ARGV[1] and
 --        ARGV[1] was not released: a loss. When KEYS[5] is not a number
 --        and the first live waiter is fenced, the lock is deleted and the
@@ -61,8 +63,9 @@ for _ = 1, 10 do
         end
         redis.call("HDEL", KEYS[4], next[1])
         redis.call("SET", KEYS[1], next[1], "PX", lease)
-        redis.call("PUBLISH", ARGV[2], next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease)
-        return 1
+        local msg = next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease
+        redis.call("PUBLISH", ARGV[2], msg)
+        return msg
     end
     redis.call("HDEL", KEYS[4], next[1])
 end

@@ -754,6 +754,32 @@ func TestFairWaitCountsItsFirstAttempt(t *testing.T) {
 	mustRelease(t, holder)
 }
 
+// TestFairWaitWithoutPubSubJoinsAtOnce: a fair wait without pub/sub has no
+// subscription to make before it queues, so its first attempt queues it (it
+// made an attempt that did not queue, then another that did).
+func TestFairWaitWithoutPubSubJoinsAtOnce(t *testing.T) {
+	srv := redisserver.Start(t)
+	const key = "fair:joins"
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), key, WithFairness())
+	mustAcquire(t, holder)
+	c := srv.Client(t)
+	spied := newSpy(FromGoRedis(c))
+	// Its next attempt would come in an hour; its refresh in 20 s.
+	waiter := NewRedisLock(spied, key, WithFairness(), WithPubSub(nil), WithRetry(FixedRetry(time.Hour)), WithExpiry(time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(ctx) }()
+	waitQueued(t, c, key, 1)
+	if n := spied.count(fairAcquireScript); n != 1 {
+		t.Fatalf("%d attempts to queue, want 1", n)
+	}
+	cancel()
+	if err := <-got; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("AcquireWait = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, holder)
+}
+
 // TestFairRefreshesDoNotPutOffCountedAttempts: behind a holder that renews,
 // a fair waiter's refreshes (every third of its own, shorter, lease) learn
 // the holder's renewed lease each time; the attempt that counts still comes

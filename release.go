@@ -70,8 +70,9 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 	c := rl.releaseCall(ctx, id, abandon)
 	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
 	deleted, err := releaseResult(c)
-	if deleted {
-		rl.locker.releasedHere(rl.channel) // no message tells the waiters without pub/sub
+	if deleted { // no message tells the waiters without pub/sub
+		handoff, _ := c.reply.(string)
+		rl.locker.releasedHere(rl.channel, handoff)
 	}
 	return deleted, err
 }
@@ -89,10 +90,14 @@ func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Du
 	return c
 }
 
-// releaseResult reads the reply of a release call.
+// releaseResult reads the reply of a release call: a fair release's
+// handoff message is a release.
 func releaseResult(c *call) (bool, error) {
 	if c.err != nil {
 		return false, c.err
+	}
+	if _, handoff := c.reply.(string); handoff {
+		return true, nil
 	}
 	n, ok := c.reply.(int64)
 	if !ok || n < 0 || n > 2 {

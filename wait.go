@@ -33,7 +33,8 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // PTTL it read (a holder that crashed publishes nothing). Without wake-ups (no pub/sub client, or the
 // subscription down), attempts are paced by the RetryStrategy, and only
 // the first in line makes them (each fair waiter makes its own: a handoff to
-// it is learnt by its attempt).
+// it from another process is learnt by its attempt). A release by a lock of
+// the same Locker wakes them as a published one would.
 //
 // When it gives up it returns an error matching ErrNotAcquired and
 // ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
@@ -283,16 +284,18 @@ func ending(ctx context.Context) bool {
 
 // attemptsFirst reports whether a wait makes an attempt before it joins
 // this process's queue of the key: when it would re-enter, or find the
-// reason its hold ended; else when nobody here waits for the key (for a
-// fair lock: is subscribed to it) and the wait has no place fw in the queue
-// in Redis already.
+// reason its hold ended; else when nobody here waits for the key and the
+// wait has no place fw in the queue in Redis already. A fair wait joins at
+// once when the key's subscription is confirmed, or when it has no pub/sub
+// to subscribe to: its attempt joins the queue in Redis, and takes the lock
+// if it is free and nobody is ahead.
 func (rl *RedisLock) attemptsFirst(fw *fairWaiter) bool {
 	rl.mu.Lock()
 	held := rl.cur != nil && rl.cur.count > 0
 	rl.mu.Unlock()
 	queued, subscribed := rl.waitersHere()
 	if rl.fair() {
-		queued = subscribed || fw != nil
+		queued = subscribed || fw != nil || rl.pubsub == nil
 	}
 	return held || !queued
 }

@@ -453,7 +453,10 @@ func TestWaitWithASubscriberThatGivesNoPubSubIsPaced(t *testing.T) {
 // A release by a lock of the Locker lets the first of its waiters without
 // pub/sub attempt at once, as a published release would: no message tells
 // them (found in measuring the line without pub/sub: with 1 ms holds in one
-// process, 319 acquisitions a second against 678 with pub/sub).
+// process, 319 acquisitions a second against 678 with pub/sub). A fair
+// release hands the lock to a fair waiter of the Locker without pub/sub,
+// which holds it at once, not at its next attempt (before, each handoff to
+// it waited for its paced attempt, or its refresh at a third of its lease).
 func TestReleaseHereWakesTheLineWithoutPubSub(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
@@ -461,18 +464,34 @@ func TestReleaseHereWakesTheLineWithoutPubSub(t *testing.T) {
 		name    string
 		opts    []Option
 		release bool // by Release; else the watchdog's, at the maximum hold
+		fair    bool // both locks are fair
 	}{
-		{"Release", nil, true},
-		{"maximum hold", []Option{WithMaxHold(200 * time.Millisecond)}, false},
+		{"Release", nil, true, false},
+		{"maximum hold", []Option{WithMaxHold(200 * time.Millisecond)}, false, false},
+		{"fair handoff", nil, true, true},
+		{"fair handoff at the maximum hold", []Option{WithMaxHold(200 * time.Millisecond)}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "quiet:" + tc.name
-			holder := NewRedisLock(FromGoRedis(c), key, append(tc.opts, WithExpiry(30*time.Second))...)
+			fair := func(opts ...Option) []Option {
+				if tc.fair {
+					return append(opts, WithFairness())
+				}
+				return opts
+			}
+			holder := NewRedisLock(FromGoRedis(c), key, fair(append(tc.opts, WithExpiry(30*time.Second))...)...)
 			mustAcquire(t, holder)
-			waiter := NewRedisLock(FromGoRedis(c), key, WithPubSub(nil), WithRetry(FixedRetry(time.Hour)))
+			// Its own attempts: at the holder's lease end, 30 s; a fair
+			// waiter's refreshes, every 20 s.
+			waiter := NewRedisLock(FromGoRedis(c), key, fair(WithPubSub(nil),
+				WithRetry(FixedRetry(time.Hour)), WithExpiry(time.Minute))...)
 			got := make(chan error, 1)
 			go func() { got <- waiter.AcquireWait(context.Background()) }()
-			waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+			if tc.fair {
+				waitQueued(t, c, key, 1)
+			} else {
+				waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+			}
 			if tc.release {
 				mustRelease(t, holder)
 			}

@@ -322,16 +322,12 @@ func (h *hub) dropped(err error, failures int) {
 	}
 }
 
-// releasedHere lets the first in the line of channel's key among the
-// Locker's waiters without pub/sub attempt: a lock of the Locker released
-// the key, and no message tells them.
-func (l *Locker) releasedHere(channel string) {
+// releasedHere tells the Locker's waiters without pub/sub on channel's key
+// what a release by a lock of the Locker would have published: a fair
+// release's handoff message, or "" for a key deleted. No message tells them.
+func (l *Locker) releasedHere(channel, payload string) {
 	if h := l.quiet.Load(); h != nil {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if c := h.chans[channel]; c != nil && len(c.queue) > 0 {
-			c.queue[0].give(news{attempt: true})
-		}
+		h.released(channel, payload)
 	}
 }
 
