@@ -96,8 +96,10 @@ func releaseResult(c *call) (bool, error) {
 	if c.err != nil {
 		return false, c.err
 	}
-	if _, handoff := c.reply.(string); handoff {
-		return true, nil
+	if m, ok := c.reply.(string); ok && c.script == fairReleaseScript {
+		if _, _, handoff := parseHandoff(m); handoff {
+			return true, nil
+		}
 	}
 	n, ok := c.reply.(int64)
 	if !ok || n < 0 || n > 2 {
