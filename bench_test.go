@@ -374,7 +374,7 @@ func warmPool(b *testing.B, c *redis.Client) {
 
 // commandCalls reads how many times the server ran cmd, from INFO
 // commandstats (a line such as cmdstat_evalsha:calls=12,usec=...).
-func commandCalls(b *testing.B, c *redis.Client, cmd string) int64 {
+func commandCalls(b testing.TB, c *redis.Client, cmd string) int64 {
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)

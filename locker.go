@@ -206,8 +206,24 @@ func (l *Locker) Close() error {
 		}
 	})
 	l.mu.Lock()
+	var idle []*hub // lingering after their last waiter: no leave will close them
+	for key, h := range l.hubs {
+		if h.users == 0 {
+			delete(l.hubs, key)
+			idle = append(idle, h)
+		}
+	}
 	l.joined = true
 	l.mu.Unlock()
+	for _, h := range idle {
+		h.cancel() // a sweep under way arms its timer no more
+		h.mu.Lock()
+		if h.sweeper != nil {
+			h.sweeper.Stop()
+		}
+		h.mu.Unlock()
+		h.close()
+	}
 	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redislock/redislock/internal/redisserver"
+	"go.uber.org/goleak"
 )
 
 // holders counts acquisitions, and how often more than one waiter believed
@@ -324,4 +325,69 @@ func TestRealWaiterTriesOnceAfterItsSubscriptionHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRelease(t, waiter)
+}
+
+// TestSubscriptionLingersBetweenWaits: a busy key's usual round (wait,
+// hold, release, wait again) keeps its subscription, which lingers after
+// its last waiter left, instead of subscribing again for every wait (a
+// fair hot key of 8 contenders over 4 processes opened a pub/sub connection
+// for a fifth of its waits); it is closed once nobody waits.
+func TestSubscriptionLingersBetweenWaits(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin, c := srv.Client(t), srv.Client(t)
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "lingers")
+	const rounds = 20
+	for range rounds {
+		mustAcquire(t, holder)
+		waiter := NewRedisLock(FromGoRedis(c), "lingers")
+		got := make(chan error, 1)
+		go func() { got <- waiter.AcquireWait(context.Background()) }()
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+		mustRelease(t, holder)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, waiter)
+	}
+	// A round takes a few round trips; a slow one (more than linger) may
+	// subscribe again.
+	if n := commandCalls(t, admin, "subscribe"); n > rounds/4 {
+		t.Fatalf("%d SUBSCRIBEs for %d waits one after another, want about 1", n, rounds)
+	}
+	requireNoHubs(t)
+	requireNoSubscribers(t, admin, relatedName("lingers", "released"))
+}
+
+// TestLockerCloseClosesLingeringSubscriptions: Close closes a subscription
+// that lingers after its last waiter left, and returns once its reader has.
+func TestLockerCloseClosesLingeringSubscriptions(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	holder := NewRedisLock(FromGoRedis(srv.Client(t)), "close:lingering")
+	mustAcquire(t, holder)
+	before := goleak.IgnoreCurrent()
+	l := NewLocker(FromGoRedis(c))
+	waiter := l.NewLock("close:lingering")
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, waiter)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return with a subscription lingering")
+	}
+	requireLockerIdle(t, l)
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
 }

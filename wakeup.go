@@ -37,10 +37,17 @@ func WithPubSub(s Subscriber) Option {
 // first attempt; past that it goes on and paces itself by its RetryStrategy.
 const subscribeWait = time.Second
 
+// linger is how long a hub keeps a channel subscribed, and itself open,
+// after the last waiter on it left: a holder that waits again soon after
+// its release, as on a busy key, finds its subscription made.
+const linger = 100 * time.Millisecond
+
 // A hub is a Locker's one subscription through one client, shared by every
 // lock of the Locker that waits, multiplexing their channels (the locks
 // without pub/sub share one without a subscription, for their lines). It
-// opens with the first waiter and closes when the last one leaves.
+// opens with the first waiter; a channel nobody has waited on for linger is
+// unsubscribed, and the hub closes once it has neither waiters nor
+// channels (the hub without a subscription, when its last waiter leaves).
 type hub struct {
 	locker *Locker
 	key    any           // in locker.hubs
@@ -49,6 +56,8 @@ type hub struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the reader goroutine has returned (at once without one)
 	users  int           // waiters joined; guarded by locker.mu
+
+	sweeper *time.Timer // runs sweep, linger after a channel's last waiter left; guarded by mu
 
 	mu      sync.Mutex
 	chans   map[string]*keyWaiters
@@ -63,6 +72,7 @@ type keyWaiters struct {
 	ready     chan struct{}      // closed when confirmed, or when that is not to be
 	confirmed bool               // the server has confirmed our SUBSCRIBE
 	dropped   bool               // the subscription dropped since it was confirmed
+	idle      time.Time          // when its last waiter left, while it lingers; zero while waited on
 }
 
 // unblock lets the waiters that wait for the subscription go on.
@@ -152,6 +162,7 @@ func (rl *RedisLock) join(ctx context.Context, id string) *waiter {
 			}
 		}
 	}
+	c.idle = time.Time{}
 	if id != "" {
 		c.fair[id] = w
 	} else {
@@ -246,6 +257,55 @@ func (h *hub) read() {
 			h.released(m.Channel, m.Payload)
 		}
 	}
+}
+
+// sweep, in its timer's goroutine, unsubscribes the channels nobody has
+// waited on for linger, and closes the hub when nothing is left of it.
+func (h *hub) sweep() {
+	l := h.locker
+	if !l.enter() {
+		return // closed: Close closes the hub
+	}
+	defer l.wg.Done()
+	h.mu.Lock()
+	var next time.Duration // until the next channel's linger is over
+	for name, c := range h.chans {
+		switch left := linger - time.Since(c.idle); {
+		case c.idle.IsZero():
+		case left > 0:
+			next = min(cmp.Or(next, left), left)
+		default:
+			delete(h.chans, name)
+			if err := h.ps.Unsubscribe(h.ctx, name); err != nil && h.ctx.Err() == nil {
+				logx.Errorf("redislock: unsubscribing from %q failed: %v", name, err)
+			}
+		}
+	}
+	if next > 0 && h.ctx.Err() == nil {
+		h.sweeper.Reset(next)
+	}
+	h.mu.Unlock()
+	l.mu.Lock()
+	h.mu.Lock()
+	last := h.users == 0 && len(h.chans) == 0 && l.hubs[h.key] == h
+	if last {
+		delete(l.hubs, h.key)
+	}
+	h.mu.Unlock()
+	l.mu.Unlock()
+	if last {
+		h.close()
+	}
+}
+
+// close ends the hub's subscription and its reader, and returns once the
+// reader has. The hub is out of its Locker already.
+func (h *hub) close() {
+	h.cancel()
+	if h.ps != nil {
+		_ = h.ps.Close()
+	}
+	<-h.done
 }
 
 func (h *hub) confirm(name string) {
@@ -389,15 +449,17 @@ func (w *waiter) attemptsAt(at time.Time) {
 // leave takes w out of its queue, after it acquired the lock with a lease
 // of lease (0: it did not). If w was the head, the new head is told: it may
 // attempt, or, when w holds the lock, waits for its release (waiters that
-// share w's RedisLock re-enter it, wherever they wait: see heldChange). It
-// unsubscribes a channel nobody waits on, and closes the hub when its last
-// waiter leaves.
+// share w's RedisLock re-enter it, wherever they wait: see heldChange). A
+// channel nobody waits on lingers (see linger), and the hub with it; once
+// the Locker is closing, and without a subscription, the hub closes when
+// its last waiter leaves.
 func (w *waiter) leave(lease time.Duration) {
 	if w == nil || w.left {
 		return
 	}
 	w.left = true
 	h := w.hub
+	now := h.ps == nil || h.locker.isClosed() // close now, not after linger
 	h.mu.Lock()
 	c := h.chans[w.name]
 	delete(c.fair, w.id)
@@ -408,10 +470,14 @@ func (w *waiter) leave(lease time.Duration) {
 		}
 	}
 	if len(c.queue) == 0 && len(c.fair) == 0 {
-		delete(h.chans, w.name)
-		if h.ps != nil && !h.locker.isClosed() { // else the last waiter out closes the subscription
-			if err := h.ps.Unsubscribe(h.ctx, w.name); err != nil && h.ctx.Err() == nil {
-				logx.Errorf("redislock: unsubscribing from %q failed: %v", w.name, err)
+		if now {
+			delete(h.chans, w.name) // the last waiter out closes the hub
+		} else {
+			c.idle = time.Now()
+			if h.sweeper == nil {
+				h.sweeper = time.AfterFunc(linger, h.sweep)
+			} else {
+				h.sweeper.Reset(linger)
 			}
 		}
 	}
@@ -420,7 +486,7 @@ func (w *waiter) leave(lease time.Duration) {
 	l := h.locker
 	l.mu.Lock()
 	h.users--
-	last := h.users == 0
+	last := h.users == 0 && now
 	if last {
 		delete(l.hubs, h.key)
 		if h.key == nil {
@@ -429,11 +495,7 @@ func (w *waiter) leave(lease time.Duration) {
 	}
 	l.mu.Unlock()
 	if last {
-		h.cancel()
-		if h.ps != nil {
-			_ = h.ps.Close()
-		}
-		<-h.done
+		h.close()
 	}
 }
 
