@@ -38,9 +38,9 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-	if !rl.beginHold(holding, id, lease, token, sent.Add(lease-drift(lease))) { // its Locker closed meanwhile
-		rl.letGo(ctx, id, lease, 0, true)
-		return false, 0, opErr("acquire", rl.key, ErrLockerClosed)
+	if err := rl.beginHold(holding, id, lease, token, sent.Add(lease-drift(lease))); err != nil {
+		rl.letGo(ctx, id, lease, 0, true) // the key may hold id yet
+		return false, 0, opErr("acquire", rl.key, err)
 	}
 	return true, 0, nil
 }

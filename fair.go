@@ -180,8 +180,8 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *h
 // takeOver begins the hold of the lock fw was handed or took, valid until
 // until by our accounting, with holding as its holding context.
 func (rl *RedisLock) takeOver(holding context.Context, fw *fairWaiter, token int64, until time.Time) error {
-	if !rl.beginHold(holding, fw.id, fw.lease, token, until) {
-		return opErr("acquire", rl.key, ErrLockerClosed)
+	if err := rl.beginHold(holding, fw.id, fw.lease, token, until); err != nil {
+		return opErr("acquire", rl.key, err) // the wait's end gives the lock back
 	}
 	fw.taken = true
 	countAcquire(false, true, nil)

@@ -67,9 +67,13 @@ func (h *hold) live() bool { return h.state != ended }
 // beginHold makes the hold of id, with a lease of lease that lasts until
 // until by our accounting, and token, the lock's current hold, with one
 // acquisition, and hands it to its scheduler (its renewals, lease deadline
-// and maximum hold) and to its holding context. It reports false, and
-// begins nothing, when the lock's Locker is closed.
-func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Duration, token int64, until time.Time) bool {
+// and maximum hold) and to its holding context. It begins nothing, and
+// says why, when until has passed (the reply came too late) or the lock's
+// Locker is closed.
+func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Duration, token int64, until time.Time) error {
+	if !rl.clock.Now().Before(until) {
+		return fmt.Errorf("%w: %w before the reply came", ErrLockLost, errLeaseRanOut)
+	}
 	l := rl.locker
 	h := &hold{id: id, token: token, lease: lease, parent: holding, done: make(chan struct{}), rl: rl, index: -1,
 		state: renewing, count: 1, until: until, renewals: &l.renewals}
@@ -78,7 +82,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if !l.track(h) {
-		return false
+		return ErrLockerClosed
 	}
 	rl.cur = h
 	if rl.began != nil {
@@ -90,7 +94,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 	if holding.Done() != nil {
 		h.unbind = context.AfterFunc(holding, func() { rl.holdingContextEnded(h) })
 	}
-	return true
+	return nil
 }
 
 // holdingContextEnded stops the renewal of h: the hold lasts out its lease.

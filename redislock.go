@@ -189,7 +189,9 @@ func (rl *RedisLock) Acquire() (bool, error) {
 // when that lease runs out by our own accounting, and Err reports
 // context.Cause(ctx). A re-entry is one round trip that verifies ownership
 // and refreshes the lease. A re-entry that finds the key gone or taken ends
-// the hold with ErrLockLost and returns it.
+// the hold with ErrLockLost and returns it; so does a first acquisition
+// whose reply came after its lease ran out by our own accounting, which
+// holds nothing and gives the key back.
 func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
