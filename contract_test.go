@@ -953,3 +953,41 @@ func TestFirstAcquisitionWithALateReplyHoldsNothing(t *testing.T) {
 		})
 	}
 }
+
+// Found by the fourteenth black-box review: a lock named as another key's
+// release marker ("{k}:redislock:last-release") was written over by k's
+// release (its holder then lost it, and nobody could take it for 10 s); one
+// named as k's fencing counter made a fenced k fail. Such names are
+// reserved; names that are no other key's are not.
+func TestRelatedNamesAreReserved(t *testing.T) {
+	_, c := newMini(t)
+	for _, key := range []string{"k", "{k}", "a}b", "{x}y", "{{k}}"} {
+		for _, kind := range []string{"last-release", "fence", "abandoned", "queue", "waiters", "broken"} {
+			name := relatedName(key, kind)
+			if _, err := NewRedisLock(FromGoRedis(c), name).Acquire(); !errors.Is(err, ErrReservedKey) {
+				t.Errorf("Acquire on %q (%s of %q) = %v, want ErrReservedKey", name, kind, key, err)
+			}
+		}
+	}
+	for _, key := range []string{"redislock:fence", "jobs:redislock:fence", "{k}:redislock:", "#redislock:fence", "}~redislock:fence", "{k}~redislock:fence"} {
+		rl := NewRedisLock(FromGoRedis(c), key)
+		if ok, err := rl.Acquire(); !ok || err != nil {
+			t.Errorf("Acquire on %q = %v, %v", key, ok, err)
+		}
+		mustRelease(t, rl)
+	}
+}
+
+// Found by the fourteenth black-box review: Close returned nil when the key
+// of a lock it held had been deleted by someone else; the loss was
+// reported nowhere. Close's release finds it, and says so.
+func TestLockerCloseReportsAKeyFoundGone(t *testing.T) {
+	mr, c := newMini(t)
+	l := NewLocker(FromGoRedis(c))
+	mustAcquire(t, l.NewLock("gone"))
+	mustAcquire(t, l.NewLock("kept"))
+	mr.Del("gone")
+	if err := l.Close(); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), `"gone"`) || strings.Contains(err.Error(), `"kept"`) {
+		t.Fatalf("Close = %v, want ErrLockLost for \"gone\" alone", err)
+	}
+}

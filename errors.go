@@ -22,6 +22,10 @@ var (
 	ErrEmptyKey = errors.New("redislock: empty key")
 	// ErrKeyTooLong reports a key longer than MaxKeyLen bytes.
 	ErrKeyTooLong = errors.New("redislock: key too long")
+	// ErrReservedKey reports a key named as a related key of another lock
+	// (its fencing counter, say: see "Keys a lock uses" in
+	// docs/semantics.md), which that lock would write over.
+	ErrReservedKey = errors.New("redislock: key reserved for another lock's use")
 	// ErrNilStore reports a nil Scripter, or a RedisLock not made by NewRedisLock.
 	ErrNilStore = errors.New("redislock: nil store")
 	// ErrNilContext reports a nil context.Context.
@@ -35,7 +39,7 @@ var (
 	// [0, 2^53-1) (someone else wrote it, or it is used up): nothing was
 	// changed, and the lock was not taken.
 	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
-	// ErrNilFunc reports a nil function given to Do.
+	// ErrNilFunc reports a nil function given to Do or Watch.
 	ErrNilFunc = errors.New("redislock: nil function")
 	// ErrUnexpectedReply reports a reply from Redis that none of our scripts
 	// gives: a nil, a wrong type, or an out-of-range number.

@@ -160,7 +160,8 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // (a wait's call under way ends at the client's timeout for that call, not
 // retried, and what the wait then gives back, such as a fair wait's place,
 // gets two seconds); with the errors of the releases that failed (those
-// keys expire with their leases). A Close of a closed Locker returns nil once the first Close has
+// keys expire with their leases), and ErrLockLost for a key found gone or
+// taken. A Close of a closed Locker returns nil once the first Close has
 // returned.
 func (l *Locker) Close() error {
 	if l == nil || l.closing == nil {
@@ -200,8 +201,11 @@ func (l *Locker) Close() error {
 		for _, c := range done {
 			// A renewal under way is owner-checked: it cannot bring back or
 			// extend the key this deletes, so it is not waited for.
-			if _, err := releaseResult(c); err != nil {
+			switch deleted, err := releaseResult(c); {
+			case err != nil:
 				l.failed(opErr("release", c.tag.(*RedisLock).key, err))
+			case !deleted: // a loss, learnt only now
+				l.failed(c.tag.(*RedisLock).lostErr("Close's release found the key gone or taken"))
 			}
 		}
 	})

@@ -114,6 +114,8 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		rl.err = ErrEmptyKey
 	case len(key) > MaxKeyLen:
 		rl.err = fmt.Errorf("%w: %d bytes (at most %d)", ErrKeyTooLong, len(key), MaxKeyLen)
+	case reservedKey(key):
+		rl.err = fmt.Errorf("%w: %q", ErrReservedKey, key)
 	default:
 		rl.err = o.err
 	}

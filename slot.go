@@ -29,6 +29,25 @@ func relatedName(key, kind string) string {
 	return "{" + key + "}:redislock:" + kind
 }
 
+// reservedKey reports whether key is what relatedName names for another key.
+func reservedKey(key string) bool {
+	i := strings.LastIndex(key, "redislock:")
+	if i < 1 || i+len("redislock:") == len(key) {
+		return false // no kind
+	}
+	kind, p := key[i+len("redislock:"):], key[:i]
+	others := []string{p[:len(p)-1], strings.TrimSuffix(strings.TrimPrefix(p, "{"), "}:")} // the tagged form, the plain
+	if _, other, ok := strings.Cut(p, "}~"); ok {
+		others = append(others, strings.TrimSuffix(other, "~")) // the form of a key with a stray '}'
+	}
+	for _, other := range others {
+		if other != "" && relatedName(other, kind) == key {
+			return true
+		}
+	}
+	return false
+}
+
 // hashTag returns what Redis Cluster hashes key by: its hash tag (the bytes
 // between its first '{' and the first '}' after it, when there is at least
 // one byte between them) and true; else key and false.

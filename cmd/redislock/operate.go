@@ -110,7 +110,7 @@ func failed(stderr io.Writer, err error) int {
 	switch {
 	case errors.Is(err, redislock.ErrWrongType), errors.Is(err, redislock.ErrCorruptFencingCounter):
 		return exitNotALock
-	case errors.Is(err, redislock.ErrEmptyKey), errors.Is(err, redislock.ErrKeyTooLong):
+	case errors.Is(err, redislock.ErrEmptyKey), errors.Is(err, redislock.ErrKeyTooLong), errors.Is(err, redislock.ErrReservedKey):
 		return exitUsage
 	}
 	return exitUnavailable

@@ -287,7 +287,7 @@ func (r *runner) setCode(code int) {
 }
 
 func unavailableOrUsage(err error) int {
-	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrInvalidExpiry} {
+	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry} {
 		if errors.Is(err, bad) {
 			return exitUsage
 		}

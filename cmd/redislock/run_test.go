@@ -324,6 +324,8 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		{[]string{"run", "-addr", srv.Addr, "-wait", "-1s", "k", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "-grace", "-1s", "k", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "", "--", "true"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "{k}:redislock:fence", "--", "true"}, exitUsage}, // a reserved key
+		{[]string{"status", "-addr", srv.Addr, "{k}:redislock:fence"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "no-such-command-here"}, exitNotFound},
 		{[]string{"run", "-addr", "127.0.0.1:1", "k", "--", "true"}, exitUnavailable},
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "sh", "-c", "exit 7"}, 7},
