@@ -24,7 +24,9 @@ import (
 // called, fn is not called and Do returns the reason.
 //
 // Called inside a Do of the same RedisLock, Do re-enters the lock, and its
-// release gives back that one acquisition.
+// release gives back that one acquisition. Should another call release
+// the hold Do took (a misuse), fn's context ends with a cause that matches
+// neither sentinel, and Do gives back nothing of a hold taken after it.
 func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if err := rl.check(ctx); err != nil {
 		return err
@@ -44,7 +46,7 @@ func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error)
 	defer func() {
 		stop()
 		cancel(nil)
-		err = errors.Join(err, rl.releaseDetached(ctx))
+		err = errors.Join(err, rl.releaseDetached(ctx, h))
 	}()
 	if life.Err() != nil {
 		return nil // the hold is over already: the release reports why
@@ -52,12 +54,12 @@ func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error)
 	return fn(work)
 }
 
-// releaseDetached gives back one acquisition, as ReleaseCtx, within
-// selfReleaseTimeout whatever ctx does: the last one's release hands a fair
-// lock on to its next waiter.
-func (rl *RedisLock) releaseDetached(ctx context.Context) error {
+// releaseDetached gives back one acquisition of h (of the current hold if
+// nil), as ReleaseCtx, within selfReleaseTimeout whatever ctx does: the
+// last one's release hands a fair lock on to its next waiter.
+func (rl *RedisLock) releaseDetached(ctx context.Context, h *hold) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
 	defer cancel()
-	_, err := rl.ReleaseCtx(ctx)
+	_, err := rl.releaseOf(ctx, h)
 	return err
 }

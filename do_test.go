@@ -153,3 +153,25 @@ func TestDoReleasesOnPanic(t *testing.T) {
 	mustAcquire(t, rl)
 	mustRelease(t, rl)
 }
+
+// Found by the fourteenth black-box review: when another goroutine released
+// the hold Do had taken and then took the lock again on the same RedisLock,
+// Do's release, when fn returned, gave back that new hold's acquisition and
+// deleted its key. Do now gives back only an acquisition of its own hold.
+func TestDoReleasesOnlyItsOwnHold(t *testing.T) {
+	mr, c := newMini(t)
+	rl := NewRedisLock(FromGoRedis(c), "do:own")
+	err := rl.Do(context.Background(), func(ctx context.Context) error {
+		mustRelease(t, rl) // the hold Do took, released behind its back
+		<-ctx.Done()
+		mustAcquire(t, rl) // a new hold of the same RedisLock
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, owner := rl.Holds(), rl.Owner(); n != 1 || mustGet(mr, "do:own") != owner {
+		t.Fatalf("after Do: Holds = %d, the key holds %q, the new hold's id is %q", n, mustGet(mr, "do:own"), owner)
+	}
+	mustRelease(t, rl)
+}

@@ -210,15 +210,16 @@ func (rl *RedisLock) leftToExpire(h *hold) {
 	rl.mu.Unlock()
 }
 
-// giveBack counts one acquisition released. It returns the reason of a hold
-// that had ended already, and last with the hold when this was the final
-// acquisition of a live hold, which it ends (the caller counts the end).
-func (rl *RedisLock) giveBack() (h *hold, last bool, endErr error) {
+// giveBack counts one acquisition of the hold of (the current one, if nil)
+// released. It returns the reason of a hold that had ended already, and
+// last with the hold when this was the final acquisition of a live hold,
+// which it ends (the caller counts the end).
+func (rl *RedisLock) giveBack(of *hold) (h *hold, last bool, endErr error) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	h = rl.cur
 	switch {
-	case h == nil || h.count == 0:
+	case h == nil || h.count == 0 || of != nil && h != of:
 		return nil, false, nil
 	case !h.live():
 		h.count--

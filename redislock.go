@@ -226,19 +226,25 @@ func (rl *RedisLock) Release() (bool, error) {
 // release cannot reach Redis: the hold ends all the same, ReleaseCtx returns
 // the error, and the key expires with its lease.
 func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
+	return rl.releaseOf(ctx, nil)
+}
+
+// releaseOf is ReleaseCtx of an acquisition of the hold of (any, if nil):
+// it gives back none of another hold.
+func (rl *RedisLock) releaseOf(ctx context.Context, of *hold) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		if ctx == nil && rl != nil && rl.err == nil && rl.op != nil {
-			rl.giveBackNow() // a deferred ReleaseCtx(nil) leaves nothing renewing
+			rl.giveBackNow(of) // a deferred ReleaseCtx(nil) leaves nothing renewing
 		}
 		return false, err
 	}
 	if err := rl.lockOp(ctx); err != nil {
-		rl.giveBackNow()
+		rl.giveBackNow(of)
 		return false, opErr("release", rl.key, err)
 	}
 	defer rl.unlockOp()
 
-	h, last, endErr := rl.giveBack()
+	h, last, endErr := rl.giveBack(of)
 	switch {
 	case h == nil:
 		return false, nil
@@ -253,8 +259,8 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 // giveBackNow gives one acquisition back without a round trip: the last
 // one ends the hold and stops its renewal, and the key expires with its
 // lease.
-func (rl *RedisLock) giveBackNow() {
-	if h, last, _ := rl.giveBack(); last {
+func (rl *RedisLock) giveBackNow(of *hold) {
+	if h, last, _ := rl.giveBack(of); last {
 		rl.leftToExpire(h)
 		rl.countEnd(h, nil)
 	}

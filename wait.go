@@ -167,7 +167,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			done, wait, err := rl.attempt(ctx, holding, fw, n.handoff)
 			switch {
 			case done && err == nil && ending(ctx): // taken as the wait gave up
-				_ = rl.releaseDetached(ctx)
+				_ = rl.releaseDetached(ctx, nil)
 				return rl.gaveUp(ctx)
 			case done && err == nil:
 				w.leave(rl.leaseOfHold())
