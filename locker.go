@@ -220,7 +220,6 @@ func (l *Locker) Close() error {
 	l.joined = true
 	l.mu.Unlock()
 	for _, h := range idle {
-		h.cancel() // a sweep under way arms its timer no more
 		h.mu.Lock()
 		if h.sweeper != nil {
 			h.sweeper.Stop()

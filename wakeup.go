@@ -260,40 +260,42 @@ func (h *hub) read() {
 }
 
 // sweep, in its timer's goroutine, unsubscribes the channels nobody has
-// waited on for linger, and closes the hub when nothing is left of it.
+// waited on for linger (the timer is armed linger after the latest went
+// idle), and closes the hub when nothing is left of it.
 func (h *hub) sweep() {
-	l := h.locker
-	if !l.enter() {
+	if !h.locker.enter() {
 		return // closed: Close closes the hub
 	}
-	defer l.wg.Done()
+	defer h.locker.wg.Done()
 	h.mu.Lock()
-	var next time.Duration // until the next channel's linger is over
 	for name, c := range h.chans {
-		switch left := linger - time.Since(c.idle); {
-		case c.idle.IsZero():
-		case left > 0:
-			next = min(cmp.Or(next, left), left)
-		default:
+		if !c.idle.IsZero() && time.Since(c.idle) >= linger {
 			delete(h.chans, name)
 			if err := h.ps.Unsubscribe(h.ctx, name); err != nil && h.ctx.Err() == nil {
 				logx.Errorf("redislock: unsubscribing from %q failed: %v", name, err)
 			}
 		}
 	}
-	if next > 0 && h.ctx.Err() == nil {
-		h.sweeper.Reset(next)
-	}
 	h.mu.Unlock()
+	h.closeUnused()
+}
+
+// closeUnused closes h, and takes it out of its Locker, when it has neither
+// waiters nor channels.
+func (h *hub) closeUnused() {
+	l := h.locker
 	l.mu.Lock()
 	h.mu.Lock()
-	last := h.users == 0 && len(h.chans) == 0 && l.hubs[h.key] == h
-	if last {
+	unused := h.users == 0 && len(h.chans) == 0 && l.hubs[h.key] == h
+	if unused {
 		delete(l.hubs, h.key)
+		if h.key == nil {
+			l.quiet.Store(nil)
+		}
 	}
 	h.mu.Unlock()
 	l.mu.Unlock()
-	if last {
+	if unused {
 		h.close()
 	}
 }
@@ -482,21 +484,10 @@ func (w *waiter) leave(lease time.Duration) {
 		}
 	}
 	h.mu.Unlock()
-
-	l := h.locker
-	l.mu.Lock()
+	h.locker.mu.Lock()
 	h.users--
-	last := h.users == 0 && now
-	if last {
-		delete(l.hubs, h.key)
-		if h.key == nil {
-			l.quiet.Store(nil)
-		}
-	}
-	l.mu.Unlock()
-	if last {
-		h.close()
-	}
+	h.locker.mu.Unlock()
+	h.closeUnused()
 }
 
 func isTimeout(err error) bool {
