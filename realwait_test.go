@@ -340,14 +340,7 @@ func TestSubscriptionLingersBetweenWaits(t *testing.T) {
 	for range rounds {
 		mustAcquire(t, holder)
 		waiter := NewRedisLock(FromGoRedis(c), "lingers")
-		got := make(chan error, 1)
-		go func() { got <- waiter.AcquireWait(context.Background()) }()
-		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
-		mustRelease(t, holder)
-		if err := <-got; err != nil {
-			t.Fatal(err)
-		}
-		mustRelease(t, waiter)
+		waitBehind(t, holder, waiter)
 	}
 	// A round takes a few round trips; a slow one (more than linger) may
 	// subscribe again.
@@ -356,6 +349,20 @@ func TestSubscriptionLingersBetweenWaits(t *testing.T) {
 	}
 	requireNoHubs(t)
 	requireNoSubscribers(t, admin, relatedName("lingers", "released"))
+}
+
+// waitBehind makes waiter wait in line for the lock that holder holds, take
+// it at holder's release, and release it.
+func waitBehind(t *testing.T, holder, waiter *RedisLock) {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, waiter)
 }
 
 // TestLockerCloseClosesLingeringSubscriptions: Close closes a subscription
@@ -368,14 +375,7 @@ func TestLockerCloseClosesLingeringSubscriptions(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	l := NewLocker(FromGoRedis(c))
 	waiter := l.NewLock("close:lingering")
-	got := make(chan error, 1)
-	go func() { got <- waiter.AcquireWait(context.Background()) }()
-	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
-	mustRelease(t, holder)
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	mustRelease(t, waiter)
+	waitBehind(t, holder, waiter)
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	select {
