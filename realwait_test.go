@@ -391,3 +391,35 @@ func TestLockerCloseClosesLingeringSubscriptions(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestLockerCloseWithALingeringChannelAndAWaiter: a hub with a waiter of
+// one key and a channel of another lingering closes when Close ends that
+// waiter's wait (its lingering channel held it open, and Close waited for
+// its reader for ever).
+func TestLockerCloseWithALingeringChannelAndAWaiter(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, other := srv.Client(t), srv.Client(t)
+	l := NewLocker(FromGoRedis(c))
+	mustAcquire(t, NewRedisLock(FromGoRedis(other), "close:b"))
+	waiting := l.NewLock("close:b")
+	got := make(chan error, 1)
+	go func() { got <- waiting.AcquireWait(context.Background()) }()
+	waitFor(t, 10*time.Second, "the waiter of b in line", func() bool { return queueLen(waiting) == 1 })
+	holder := NewRedisLock(FromGoRedis(other), "close:a")
+	mustAcquire(t, holder)
+	waitBehind(t, holder, l.NewLock("close:a")) // a's channel lingers
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if err := <-got; !errors.Is(err, ErrLockerClosed) {
+		t.Fatalf("the wait of b = %v, want ErrLockerClosed", err)
+	}
+	requireLockerIdle(t, l)
+}

@@ -281,12 +281,12 @@ func (h *hub) sweep() {
 }
 
 // closeUnused closes h, and takes it out of its Locker, when it has neither
-// waiters nor channels.
+// waiters nor channels (lingering ones count not once the Locker closes).
 func (h *hub) closeUnused() {
 	l := h.locker
 	l.mu.Lock()
 	h.mu.Lock()
-	unused := h.users == 0 && len(h.chans) == 0 && l.hubs[h.key] == h
+	unused := h.users == 0 && (len(h.chans) == 0 || l.isClosed()) && l.hubs[h.key] == h
 	if unused {
 		delete(l.hubs, h.key)
 		if h.key == nil {
