@@ -3,7 +3,7 @@
 -- (passing the lock on if it was handed to it meanwhile).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  its release marker: the id of the latest owner released
+-- KEYS[2]  the release marker of ARGV[1] (see release.lua)
 -- KEYS[3]  its queue of waiters (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 -- KEYS[5]  its fencing counter (as in acquire.lua), whether or not this
@@ -25,8 +25,8 @@
 --
 -- Reply: the message published when KEYS[1] held ARGV[1] and was handed
 --        on (so that the releaser can tell a waiter of its own process
---        without pub/sub), 1 when it was deleted; either way KEYS[2] holds
---        ARGV[1] for 10 s. 2 when ARGV[1] was released
+--        without pub/sub), 1 when it was deleted; either way KEYS[2]
+--        exists for 10 s. 2 when ARGV[1] was released
 --        already (a retry); 0 when KEYS[1] does not hold ARGV[1] and
 --        ARGV[1] was not released: a loss. When KEYS[5] is not a number
 --        and the first live waiter is fenced, the lock is deleted and the
@@ -41,9 +41,9 @@ if KEYS[6] then
     redis.call("HDEL", KEYS[4], ARGV[1])
 end
 if redis.pcall("GET", KEYS[1]) ~= ARGV[1] then
-    return redis.pcall("GET", KEYS[2]) == ARGV[1] and 2 or 0
+    return redis.call("EXISTS", KEYS[2]) == 1 and 2 or 0
 end
-redis.call("SET", KEYS[2], ARGV[1], "PX", 10000)
+redis.call("SET", KEYS[2], 1, "PX", 10000)
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 for _ = 1, 10 do

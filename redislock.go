@@ -36,7 +36,8 @@ type RedisLock struct {
 	store       *store // its Locker's
 	key         string
 	acquireKeys []string // key, abandoned attempts[, fencing counter]
-	releaseKeys []string // key, release marker[, queue, waiters, fencing counter]
+	releaseKeys []string // key, "" for the release marker[, queue, waiters, fencing counter]
+	markers     string   // the release markers' names, less the owner id
 	err         error    // bad construction, reported by every call
 	expiry      atomic.Int64
 	maxHold     time.Duration
@@ -91,7 +92,8 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	rl := &RedisLock{
 		key:         key,
 		acquireKeys: acquireKeys,
-		releaseKeys: []string{key, relatedName(key, "last-release")},
+		releaseKeys: []string{key, ""},
+		markers:     relatedName(key, "release:"),
 		maxHold:     o.maxHold,
 		waitTimeout: o.waitTimeout,
 		watchdog:    o.watchdog,

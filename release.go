@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
@@ -79,12 +80,13 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 
 // releaseCall returns release's script call, tagged with rl.
 func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *call {
-	c := &call{ctx: ctx, script: releaseScript, keys: rl.releaseKeys, args: []any{id, rl.channel}, tag: rl}
-	if rl.fair() { // hands the lock to the next live waiter
-		c.script = fairReleaseScript
+	c := &call{ctx: ctx, script: releaseScript, keys: slices.Clone(rl.releaseKeys), args: []any{id, rl.channel}, tag: rl}
+	c.keys[1] = rl.markers + id // this release's marker
+	if rl.fair() {
+		c.script = fairReleaseScript // hands the lock to the next live waiter
 	}
 	if abandon > 0 {
-		c.keys = append(rl.releaseKeys[:len(rl.releaseKeys):len(rl.releaseKeys)], rl.acquireKeys[1])
+		c.keys = append(c.keys, rl.acquireKeys[1])
 		c.args = append(c.args, abandon.Milliseconds())
 	}
 	return c

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,13 +30,18 @@ func relatedName(key, kind string) string {
 	return "{" + key + "}:redislock:" + kind
 }
 
-// reservedKey reports whether key is what relatedName names for another key.
+// reservedKey reports whether key is the name of one of another key's
+// related keys (see relatedName), which that key's lock writes.
 func reservedKey(key string) bool {
 	i := strings.LastIndex(key, "redislock:")
-	if i < 1 || i+len("redislock:") == len(key) {
-		return false // no kind
+	if i < 1 {
+		return false
 	}
 	kind, p := key[i+len("redislock:"):], key[:i]
+	if id, marker := strings.CutPrefix(kind, "release:"); (!marker || id == "") &&
+		!slices.Contains([]string{"fence", "abandoned", "queue", "waiters", "broken"}, kind) {
+		return false
+	}
 	others := []string{p[:len(p)-1], strings.TrimSuffix(strings.TrimPrefix(p, "{"), "}:")} // the tagged form, the plain
 	if _, other, ok := strings.Cut(p, "}~"); ok {
 		others = append(others, strings.TrimSuffix(other, "~")) // the form of a key with a stray '}'

@@ -40,7 +40,9 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
 // ctx had already ended. When this RedisLock's hold has ended (lost, say)
 // and is not yet released, it returns that reason at once, as AcquireCtx
-// does. A Redis error is returned as such.
+// does. A Redis error is returned as such, and so is ErrLockLost for an
+// attempt that took the lock but whose reply came after its lease ran out
+// (see AcquireCtx).
 func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
