@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redislock/redislock/internal/keyslot"
 	"github.com/redislock/redislock/internal/redisserver"
 )
 
@@ -143,7 +144,7 @@ func newMigration(t *testing.T, c *redis.ClusterClient, nodes []*redis.Client, k
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := migration{slot: int(clusterSlot(key))}
+	m := migration{slot: int(keyslot.Of(key))}
 	for _, n := range nodes {
 		switch {
 		case n.Options().Addr == owner.Options().Addr:

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redislock/redislock/internal/keyslot"
 )
 
 func TestFencingTokensIncreaseAcrossHolders(t *testing.T) {
@@ -86,16 +88,16 @@ func TestRelatedNames(t *testing.T) {
 		if got != want {
 			t.Errorf("relatedName(%q) = %q, want %q", key, got, want)
 		}
-		if clusterSlot(got) != clusterSlot(key) {
-			t.Errorf("%q is in slot %d, %q in %d", got, clusterSlot(got), key, clusterSlot(key))
+		if keyslot.Of(got) != keyslot.Of(key) {
+			t.Errorf("%q is in slot %d, %q in %d", got, keyslot.Of(got), key, keyslot.Of(key))
 		}
 	}
 	// A '}' without a hash tag: a tag of the key's slot (black-box round
 	// 9: "a}b" failed with CROSSSLOT on a cluster).
 	for _, key := range []string{"a}b", "{}empty-tag", "x}{", "}", "}{"} {
 		for _, kind := range []string{"fence", "waiter:", "broken"} {
-			if got := relatedName(key, kind); clusterSlot(got) != clusterSlot(key) {
-				t.Errorf("%q is in slot %d, %q in %d", got, clusterSlot(got), key, clusterSlot(key))
+			if got := relatedName(key, kind); keyslot.Of(got) != keyslot.Of(key) {
+				t.Errorf("%q is in slot %d, %q in %d", got, keyslot.Of(got), key, keyslot.Of(key))
 			}
 		}
 	}
@@ -122,8 +124,8 @@ func TestRelatedNamesNeverCollide(t *testing.T) {
 func TestClusterSlotMatchesRedis(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.0.
 	for key, want := range map[string]uint16{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "": 0} {
-		if got := clusterSlot(key); got != want {
-			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, want)
+		if got := keyslot.Of(key); got != want {
+			t.Errorf("keyslot.Of(%q) = %d, want %d", key, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -210,22 +211,11 @@ func (l *Locker) Close() error {
 		}
 	})
 	l.mu.Lock()
-	var idle []*hub // lingering after their last waiter: no leave will close them
-	for key, h := range l.hubs {
-		if h.users == 0 {
-			delete(l.hubs, key)
-			idle = append(idle, h)
-		}
-	}
 	l.joined = true
+	hubs := slices.Collect(maps.Values(l.hubs))
 	l.mu.Unlock()
-	for _, h := range idle {
-		h.mu.Lock()
-		if h.sweeper != nil {
-			h.sweeper.Stop()
-		}
-		h.mu.Unlock()
-		h.close()
+	for _, h := range hubs {
+		h.closeUnused() // lingering channels; a hub with waiters closes as its last one leaves
 	}
 	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
 	l.mu.Lock()

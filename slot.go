@@ -2,9 +2,9 @@ package redislock
 
 import (
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/redislock/redislock/internal/keyslot"
 )
 
 // relatedName returns the name of something that belongs with key (its
@@ -21,11 +21,11 @@ import (
 // '~', ':'), which no kind contains, and each form gives back its key, so
 // no two keys share a name ("k" and "{k}", "a}b" and "{a}b}" do not).
 func relatedName(key, kind string) string {
-	switch _, tagged := hashTag(key); {
+	switch _, tagged := keyslot.Tag(key); {
 	case tagged:
 		return key + "#redislock:" + kind
 	case strings.IndexByte(key, '}') >= 0:
-		return "{" + slotTag(clusterSlot(key)) + "}~" + key + "~redislock:" + kind
+		return "{" + keyslot.TagOf(keyslot.Of(key)) + "}~" + key + "~redislock:" + kind
 	}
 	return "{" + key + "}:redislock:" + kind
 }
@@ -52,51 +52,4 @@ func reservedKey(key string) bool {
 		}
 	}
 	return false
-}
-
-// hashTag returns what Redis Cluster hashes key by: its hash tag (the bytes
-// between its first '{' and the first '}' after it, when there is at least
-// one byte between them) and true; else key and false.
-func hashTag(key string) (string, bool) {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			return key[open+1 : open+1+end], true
-		}
-	}
-	return key, false
-}
-
-// clusterSlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
-// tag, or of the whole key when it has none, modulo 16384.
-func clusterSlot(key string) uint16 {
-	key, _ = hashTag(key)
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
-}
-
-// slotTags caches slotTag's answers by slot.
-var slotTags sync.Map
-
-// slotTag returns the smallest number in base 36 whose slot is slot: about
-// 16,000 hashes of 1 to 4 bytes the first time, for keys with a stray '}'.
-func slotTag(slot uint16) string {
-	if tag, ok := slotTags.Load(slot); ok {
-		return tag.(string)
-	}
-	for n := int64(0); ; n++ {
-		if tag := strconv.FormatInt(n, 36); clusterSlot(tag) == slot {
-			slotTags.Store(slot, tag)
-			return tag
-		}
-	}
 }

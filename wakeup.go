@@ -292,6 +292,9 @@ func (h *hub) closeUnused() {
 		if h.key == nil {
 			l.quiet.Store(nil)
 		}
+		if h.sweeper != nil {
+			h.sweeper.Stop()
+		}
 	}
 	h.mu.Unlock()
 	l.mu.Unlock()
