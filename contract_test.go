@@ -619,6 +619,70 @@ func TestWaitTimeoutBoundsOnlyTheWait(t *testing.T) {
 	}
 }
 
+// TestWaitTimeoutMakesTheFirstAttempt: however short the wait timeout, a
+// wait makes its first attempt (black-box round 16: a fair lock gave up
+// without one about half the time, a wait queued behind a sibling or on a
+// lingering subscription always).
+func TestWaitTimeoutMakesTheFirstAttempt(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	t.Run("fair, free", func(t *testing.T) {
+		for i := range 20 {
+			rl := NewRedisLock(FromGoRedis(c), fmt.Sprint("first:fair:", i), WithFairness(), WithWaitTimeout(time.Nanosecond))
+			if err := rl.AcquireWait(ctx); err != nil {
+				t.Fatalf("wait %d on a free fair lock: %v", i, err)
+			}
+			mustRelease(t, rl)
+		}
+	})
+	t.Run("fair, subscribed", func(t *testing.T) {
+		holder := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness())
+		mustAcquire(t, holder)
+		waiter := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness())
+		waited := make(chan error, 1)
+		go func() { waited <- waiter.AcquireWait(ctx) }()
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool {
+			st, err := holder.Inspect(ctx)
+			return err == nil && st.Waiters == 1
+		})
+		mustRelease(t, holder)
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, waiter)
+		// The key's channel lingers, subscribed: the next wait joins at once.
+		rl := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness(), WithWaitTimeout(time.Nanosecond))
+		if err := rl.AcquireWait(ctx); err != nil {
+			t.Fatalf("wait on a free fair lock with its channel subscribed: %v", err)
+		}
+		mustRelease(t, rl)
+	})
+	t.Run("behind a sibling", func(t *testing.T) {
+		holder := NewRedisLock(FromGoRedis(c), "first:busy")
+		mustAcquire(t, holder)
+		s := newSpy(FromGoRedis(c))
+		l := NewLocker(s, WithPubSub(c))
+		defer l.Close()
+		sibling := l.NewLock("first:busy")
+		waited := make(chan error, 1)
+		go func() { waited <- sibling.AcquireWait(ctx) }()
+		waitFor(t, 10*time.Second, "the sibling in line", func() bool { return queueLen(sibling) == 1 })
+		before := s.count(acquireScript)
+		err := l.NewLock("first:busy", WithWaitTimeout(time.Nanosecond)).AcquireWait(ctx)
+		if !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("wait behind a sibling on a busy lock = %v; want ErrNotAcquired", err)
+		}
+		if n := s.count(acquireScript) - before; n != 1 {
+			t.Fatalf("the wait made %d attempts; want its first one", n)
+		}
+		mustRelease(t, holder)
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, sibling)
+	})
+}
+
 // The "redislock:" prefix is said once per message.
 func TestErrorPrefixOnce(t *testing.T) {
 	for _, reply := range []any{"garbage", int64(-7), []any{"OK"}} {

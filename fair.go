@@ -104,11 +104,15 @@ func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, tur
 	rl.fairWaits++
 	rl.mu.Unlock()
 	select {
-	case rl.fairTurn <- struct{}{}:
-	case <-waitCtx.Done():
-		return nil, false, rl.gaveUp(waitCtx)
-	case <-rl.lockerDone():
-		return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
+	case rl.fairTurn <- struct{}{}: // a free turn is taken, whatever the wait timeout
+	default:
+		select {
+		case rl.fairTurn <- struct{}{}:
+		case <-waitCtx.Done():
+			return nil, false, rl.gaveUp(waitCtx)
+		case <-rl.lockerDone():
+			return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
+		}
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()

@@ -134,8 +134,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			w.attemptsAt(rl.clock.Now().Add(d))
 		}
 	}
-	first := rl.attemptsFirst(fw) // the first attempt is due, before any wait
-	if !first {
+	if !rl.attemptsFirst(fw) {
 		// Others of this process wait for the key already: queue behind
 		// them rather than barge in at a release.
 		if err := join(); err != nil {
@@ -153,17 +152,19 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			return opErr("wait for", rl.key, ErrLockerClosed)
 		case ending(ctx):
 			return rl.gaveUp(ctx)
-		case ending(waitCtx) && !first:
+		case ending(waitCtx) && failures > 0:
 			return rl.gaveUp(waitCtx)
 		}
 		head, n := w.read()
-		if rl.Holds() > 0 {
-			head, n.attempt = true, true // rl took the lock: re-enter it, whatever waits before us
+		if rl.Holds() > 0 || failures == 0 && ending(waitCtx) {
+			// rl took the lock: re-enter it, whatever waits before us; or
+			// the wait timeout passed before the attempt a wait always makes.
+			head, n.attempt = true, true
 		}
 		switch {
 		case head && (n.attempt || n.handoff != nil || ticked):
 			counts := !ticked || !refresh
-			ticked, first = false, false
+			ticked = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
 			done, wait, err := rl.attempt(ctx, holding, fw, n.handoff)
