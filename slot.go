@@ -25,7 +25,7 @@ func relatedName(key, kind string) string {
 	case tagged:
 		return key + "#redislock:" + kind
 	case strings.IndexByte(key, '}') >= 0:
-		return "{" + keyslot.TagOf(keyslot.Of(key)) + "}~" + key + "~redislock:" + kind
+		return "{" + keyslot.TagFor(keyslot.Of(key)) + "}~" + key + "~redislock:" + kind
 	}
 	return "{" + key + "}:redislock:" + kind
 }

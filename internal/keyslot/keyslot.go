@@ -37,12 +37,12 @@ func Of(key string) uint16 {
 	return crc & 16383
 }
 
-// tags caches TagOf's answers by slot.
+// tags caches TagFor's answers by slot.
 var tags sync.Map
 
-// TagOf returns the smallest number in base 36 whose slot is slot: about
+// TagFor returns the smallest number in base 36 whose slot is slot: about
 // 16,000 hashes of 1 to 4 bytes the first time.
-func TagOf(slot uint16) string {
+func TagFor(slot uint16) string {
 	if tag, ok := tags.Load(slot); ok {
 		return tag.(string)
 	}
