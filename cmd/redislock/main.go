@@ -50,7 +50,9 @@ exit statuses:
   0    done (status: held or free; break: broken or free; watch: interrupted; -h)
   1    demo failed
   64   usage: bad flags or arguments
-  65   the key holds something that is not a lock (run, status, break, watch)
+  65   the key holds something that is not a lock (run, status, break, watch),
+       or its fencing counter something that is not a number (run -fencing,
+       status, watch)
   69   Redis unavailable, or it answered an error
   70   run: the lock was lost, or -max-hold passed, while COMMAND ran; COMMAND was stopped (or had exited)
   75   run: the lock was busy for all of -wait; break: held by another owner than -owner

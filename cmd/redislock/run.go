@@ -61,15 +61,18 @@ const runUsage = `usage: redislock run [flags] KEY -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
-  64  usage          65  KEY is not a lock       69  Redis unavailable
+  64  usage          65  KEY, or its fencing counter, holds something else
+  69  Redis unavailable
   70  lock lost (or -max-hold passed) while COMMAND ran   75  lock busy
   126 COMMAND not executable                      127 COMMAND not found
   128+N  COMMAND was killed by signal N
 If the lock is lost while COMMAND runs (its key expired, or was deleted by
 "redislock break"), or -max-hold passes, COMMAND gets SIGTERM, then SIGKILL
 after -grace; if COMMAND exited before the loss was known (the release
-found the key gone or taken), redislock exits 70 all the same. SIGINT
-and SIGTERM to redislock are passed on to COMMAND. COMMAND finds the lock's
+found the key gone or taken), redislock exits 70 all the same. SIGINT,
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to redislock are passed on to
+COMMAND (to it alone, not to its children); the first four, while waiting,
+give up the wait. COMMAND finds the lock's
 owner id in $REDISLOCK_OWNER (what "redislock status" shows and
 "redislock break -owner" takes) and, with -fencing, its token in
 $REDISLOCK_TOKEN.
@@ -92,21 +95,28 @@ func runCmd(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return parseStatus(err)
 	}
-	rest := fs.Args()
-	if len(rest) >= 2 && rest[1] == "--" {
-		rest = append(rest[:1], rest[2:]...)
-	}
 	for name, d := range map[string]time.Duration{"max-hold": *maxHold, "wait": *wait, "grace": *grace} {
 		if d < 0 {
 			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
 			return exitUsage
 		}
 	}
-	if len(rest) < 2 {
+	var key string
+	var command []string
+	if rest := fs.Args(); len(rest) > 0 {
+		key, command = rest[0], rest[1:]
+	}
+	switch {
+	case len(command) > 0 && command[0] == "--":
+		command = command[1:]
+	case len(command) > 0 && strings.HasPrefix(command[0], "-"):
+		fmt.Fprintf(stderr, "redislock: %s after KEY: flags go before it\n", command[0])
+		return exitUsage
+	}
+	if len(command) == 0 {
 		fs.Usage()
 		return exitUsage
 	}
-	key, command := rest[0], rest[1:]
 
 	client, err := conn.client()
 	if err != nil {
@@ -154,11 +164,14 @@ func (r *runner) run() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signals := make(chan os.Signal, 4)
-	// go-zero's core/proc, linked in through core/metric, listens for these
-	// from its init and sends the process the same signal again 5.5 s
-	// later: take them from it, so that the command gets each signal once.
-	signal.Reset(syscall.SIGINT, syscall.SIGTERM)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	// Every signal a command may be sent to stop, or to act on, is passed
+	// on to it: we hold the lock until it exits. go-zero's core/proc,
+	// linked in through core/metric, listens for some of them from its init
+	// (it re-sends SIGTERM 5.5 s later, and dumps goroutines on SIGUSR1):
+	// take them from it, so that the command gets each signal once.
+	passedOn := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+	signal.Reset(passedOn...)
+	signal.Notify(signals, passedOn...)
 	forwarded := make(chan struct{})
 	go func() {
 		defer close(forwarded)
@@ -167,7 +180,7 @@ func (r *runner) run() int {
 			switch {
 			case r.child != nil:
 				_ = r.child.Signal(sig) // the command decides; we release when it exits
-			case r.signal == nil:
+			case r.signal == nil && sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2:
 				r.signal = sig
 				cancel() // stop waiting
 			}
@@ -199,6 +212,9 @@ func (r *runner) run() int {
 		}
 		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
 		return exitBusy
+	case !ran && errors.Is(err, redislock.ErrCorruptFencingCounter):
+		complain(r.stderr, err)
+		return exitNotALock
 	case !ran && isEnd(err):
 		complain(r.stderr, err)
 		return exitLost

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redislock/redislock"
 	"github.com/redislock/redislock/internal/redisserver"
 )
@@ -189,9 +191,12 @@ func TestRunForwardsSignalsAndReleases(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	f := marksFile(t)
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+	// SIGHUP and SIGQUIT ended redislock and left the command running
+	// without the lock; go-zero's handler took SIGUSR1 and SIGUSR2 (black-box
+	// round 18).
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
 		c := newCLI(t, f, "run", "-addr", srv.Addr, "signalled", "--", "sh", "-c",
-			`trap 'echo got-`+strconv.Itoa(int(sig))+` >> "$F"; kill $!; exit 3' INT TERM; echo started-`+strconv.Itoa(int(sig))+` >> "$F"; sleep 30 & wait`)
+			`trap 'echo got-`+strconv.Itoa(int(sig))+` >> "$F"; kill $!; exit 3' INT TERM HUP QUIT USR1 USR2; echo started-`+strconv.Itoa(int(sig))+` >> "$F"; sleep 30 & wait`)
 		if err := c.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -209,6 +214,49 @@ func TestRunForwardsSignalsAndReleases(t *testing.T) {
 		if admin.Exists(context.Background(), "signalled").Val() != 0 {
 			t.Fatalf("%v: the lock was not released", sig)
 		}
+	}
+}
+
+// TestRunSignalledWhileWaiting: a signal that stops a command, sent while
+// run waits for the lock, gives up the wait: exit 128+N, and the command
+// never runs. (Black-box round 18: SIGQUIT gave a stack dump and exit 2.)
+func TestRunSignalledWhileWaiting(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Set(context.Background(), "waited-on", "someone", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f := marksFile(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
+		c := newCLI(t, f, "run", "-addr", srv.Addr, "-wait", "30s", "waited-on", "--", "sh", "-c", `echo ran >> "$F"`)
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitSubscribers(t, admin, "{waited-on}:redislock:released", 1) // waiting
+		if err := c.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := c.code(t); code != 128+int(sig) {
+			t.Fatalf("%v: exit %d, want %d; stderr %q", sig, code, 128+int(sig), c.errOut)
+		}
+		waitSubscribers(t, admin, "{waited-on}:redislock:released", 0) // gone
+	}
+	if marks := readMarks(t, f); len(marks) != 0 {
+		t.Fatalf("the command ran: %v", marks)
+	}
+	if v := admin.Get(context.Background(), "waited-on").Val(); v != "someone" {
+		t.Fatalf("the holder's key holds %q", v)
+	}
+}
+
+// waitSubscribers waits until channel has n subscribers.
+func waitSubscribers(t *testing.T, c *redis.Client, channel string, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); c.PubSubNumSub(context.Background(), channel).Val()[channel] != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has not %d subscribers", channel, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -311,6 +359,9 @@ func (l *lockedBuffer) Reset() {
 
 func TestRunUsageAndMissingCommand(t *testing.T) {
 	srv := redisserver.Start(t)
+	if err := srv.Client(t).Set(context.Background(), "{kc}:redislock:fence", "abc", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var out lockedBuffer
 	for _, tc := range []struct {
 		args []string
@@ -326,6 +377,8 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		{[]string{"run", "-addr", srv.Addr, "", "--", "true"}, exitUsage},
 		{[]string{"run", "-addr", srv.Addr, "{k}:redislock:fence", "--", "true"}, exitUsage}, // a reserved key
 		{[]string{"status", "-addr", srv.Addr, "{k}:redislock:fence"}, exitUsage},
+		{[]string{"run", "-addr", srv.Addr, "k", "-ttl", "1s", "--", "true"}, exitUsage},   // flags after KEY (round 18: ran "-ttl", 127)
+		{[]string{"run", "-addr", srv.Addr, "-fencing", "kc", "--", "true"}, exitNotALock}, // a corrupt counter (round 18: 69)
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "no-such-command-here"}, exitNotFound},
 		{[]string{"run", "-addr", "127.0.0.1:1", "k", "--", "true"}, exitUnavailable},
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "sh", "-c", "exit 7"}, 7},
