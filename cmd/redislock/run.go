@@ -43,6 +43,8 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 // client returns the go-redis client the flags name.
 func (c *connFlags) client() (redis.UniversalClient, error) {
 	switch {
+	case c.cluster != "" && c.addr != "":
+		return nil, errors.New("-addr and -cluster: give one")
 	case c.cluster != "":
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.cluster, ",")}), nil
 	case c.addr != "":

@@ -384,6 +384,8 @@ func TestRunUsageAndMissingCommand(t *testing.T) {
 		{[]string{"run", "-addr", srv.Addr, "k", "--", "sh", "-c", "exit 7"}, 7},
 		{[]string{"status", "-addr", "127.0.0.1:1", "k"}, exitUnavailable},
 		{[]string{"status"}, exitUsage},
+		{[]string{"status", "-addr", srv.Addr, "-cluster", srv.Addr, "k"}, exitUsage}, // round 18: 69
+		{[]string{"run", "-addr", srv.Addr, "-cluster", srv.Addr, "k", "--", "true"}, exitUsage},
 	} {
 		out.Reset()
 		if code := run(tc.args, &out, &out); code != tc.want {
