@@ -638,18 +638,7 @@ func TestWaitTimeoutMakesTheFirstAttempt(t *testing.T) {
 	t.Run("fair, subscribed", func(t *testing.T) {
 		holder := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness())
 		mustAcquire(t, holder)
-		waiter := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness())
-		waited := make(chan error, 1)
-		go func() { waited <- waiter.AcquireWait(ctx) }()
-		waitFor(t, 10*time.Second, "the waiter in line", func() bool {
-			st, err := holder.Inspect(ctx)
-			return err == nil && st.Waiters == 1
-		})
-		mustRelease(t, holder)
-		if err := <-waited; err != nil {
-			t.Fatal(err)
-		}
-		mustRelease(t, waiter)
+		waitBehind(t, holder, NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness()))
 		// The key's channel lingers, subscribed: the next wait joins at once.
 		rl := NewRedisLock(FromGoRedis(c), "first:lingering", WithFairness(), WithWaitTimeout(time.Nanosecond))
 		if err := rl.AcquireWait(ctx); err != nil {
@@ -666,7 +655,11 @@ func TestWaitTimeoutMakesTheFirstAttempt(t *testing.T) {
 		sibling := l.NewLock("first:busy")
 		waited := make(chan error, 1)
 		go func() { waited <- sibling.AcquireWait(ctx) }()
-		waitFor(t, 10*time.Second, "the sibling in line", func() bool { return queueLen(sibling) == 1 })
+		// In line, and done with its attempts: the first, and the one once
+		// its subscription was confirmed.
+		waitFor(t, 10*time.Second, "the sibling in line", func() bool {
+			return queueLen(sibling) == 1 && s.count(acquireScript) == 2
+		})
 		before := s.count(acquireScript)
 		err := l.NewLock("first:busy", WithWaitTimeout(time.Nanosecond)).AcquireWait(ctx)
 		if !errors.Is(err, ErrNotAcquired) {

@@ -352,12 +352,19 @@ func TestSubscriptionLingersBetweenWaits(t *testing.T) {
 }
 
 // waitBehind makes waiter wait in line for the lock that holder holds, take
-// it at holder's release, and release it.
+// it at holder's release, and release it. A fair waiter is in line once it
+// is queued in Redis.
 func waitBehind(t *testing.T, holder, waiter *RedisLock) {
 	t.Helper()
 	got := make(chan error, 1)
 	go func() { got <- waiter.AcquireWait(context.Background()) }()
-	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return queueLen(waiter) == 1 })
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool {
+		if waiter.fair() {
+			st, err := holder.Inspect(context.Background())
+			return err == nil && st.Waiters == 1
+		}
+		return queueLen(waiter) == 1
+	})
 	mustRelease(t, holder)
 	if err := <-got; err != nil {
 		t.Fatal(err)
