@@ -10,33 +10,49 @@
 --        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}
 --        (see fence.lua). Otherwise an integer: the holder's remaining
 --        lease in ms (PTTL), -1 when the key has no expiry, 0 for an attempt
---        already given up. The error REDISLOCK_CORRUPT_COUNTER (fence.lua):
---        nothing was written.
+--        already given up. The error REDISLOCK_CORRUPT_COUNTER (fence.lua),
+--        or a refusal (call.lua): the lock was not taken, and KEYS[1] was
+--        given back if this call had set it (a refusal of that DEL says
+--        "left to expire").
 --
 -- Idempotent: a client that retries this call after losing its reply finds
 -- the key holding ARGV[1] and is told it took the lock, with the token it
 -- minted. An attempt that was given up (its id is in KEYS[2]) never takes
 -- the lock, should its call reach the server late. A busy key costs two
 -- commands: SET NX GET (Redis 7.0; SET NX and GET before) and PTTL.
-local old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
-if type(old) == "table" then -- before Redis 7.0, or a key of another type
-    -- false when taken; else what the key holds
-    old = not redis.pcall("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and redis.pcall("GET", KEYS[1])
-end
-if old and old ~= ARGV[1] then
-    return redis.call("PTTL", KEYS[1]) -- held by another owner (or not a string)
-elseif old then -- a retry of this very call
-    redis.call("PEXPIRE", KEYS[1], ARGV[2])
-    return KEYS[3] and {"OK", tonumber(redis.call("GET", KEYS[3]))} or "OK"
-elseif redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
-    redis.call("DEL", KEYS[1])
-    return 0
-elseif not KEYS[3] then
-    return "OK"
-end
-local token, err = mint(3, redis.call("TIME"))
-if not token then
-    redis.call("DEL", KEYS[1])
-    return err
-end
-return {"OK", token}
+return guarded(function()
+    local old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
+    if type(old) == "table" then
+        -- Before Redis 7.0 (a syntax error), or a key of another type: else
+        -- Redis refused the SET.
+        if not (string.find(old.err, "^WRONGTYPE") or string.find(old.err, "syntax")) then
+            check(old, "SET", KEYS[1])
+        end
+        -- false when taken; else what the key holds
+        old = not call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and get(KEYS[1])
+    end
+    if old and old ~= ARGV[1] then
+        return call("PTTL", KEYS[1]) -- held by another owner (or not a string)
+    elseif old then -- a retry of this very call
+        call("PEXPIRE", KEYS[1], ARGV[2])
+        return KEYS[3] and {"OK", tonumber(get(KEYS[3]))} or "OK"
+    end
+    -- Taken: given back should what follows be refused, or the attempt
+    -- have been given up.
+    local ok, reply = pcall(function()
+        if call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
+            return 0
+        end
+        return KEYS[3] and {"OK", mint(3, check(redis.pcall("TIME"), "TIME"))} or "OK"
+    end)
+    if ok and reply ~= 0 then
+        return reply
+    end
+    local undone = redis.pcall("DEL", KEYS[1])
+    if ok then
+        return 0
+    elseif type(undone) == "table" then
+        reply = (type(reply) == "table" and reply.err or reply) .. "; " .. KEYS[1] .. " left to expire"
+    end
+    error(reply, 0)
+end)

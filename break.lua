@@ -13,32 +13,42 @@
 --        string):
 --        1   KEYS[1] was deleted (it held ARGV[1], or anything with ARGV[1]
 --            ""), a message was published on ARGV[2], and KEYS[2]
---            remembers the call;
+--            remembers the call (unless Redis refused to write it: a retry
+--            then finds nothing to break);
+--        3   likewise, but Redis refused the PUBLISH: nobody was woken;
 --        2   this call broke the lock already (KEYS[2] remembers ARGV[4]):
 --            a client's retry of it after its reply was lost; owner and
 --            pttl are those it broke;
 --        0   nothing was deleted: the key is missing, or holds another
 --            owner than ARGV[1];
 --        -1  nothing was deleted: the key is of another type than a string.
-local done = redis.pcall("HGET", KEYS[2], ARGV[4])
-if type(done) == "string" then
-    local pttl, owner = string.match(done, "^(%-?%d+) (.*)$")
-    return {2, owner, tonumber(pttl)}
-end
-local owner = redis.pcall("GET", KEYS[1])
-local pttl = redis.call("PTTL", KEYS[1])
-if type(owner) ~= "string" then
-    if pttl == -2 then
-        return {0, "", pttl}
+--        A refusal (call.lua): nothing was deleted.
+return guarded(function()
+    local done = redis.pcall("HGET", KEYS[2], ARGV[4])
+    if type(done) == "string" then
+        local pttl, owner = string.match(done, "^(%-?%d+) (.*)$")
+        return {2, owner, tonumber(pttl)}
+    elseif type(done) == "table" and not string.find(done.err, "^WRONGTYPE") then
+        check(done, "HGET", KEYS[2])
     end
-    return {-1, "", pttl}
-end
-if ARGV[1] ~= "" and owner ~= ARGV[1] then
-    return {0, owner, pttl}
-end
-redis.call("DEL", KEYS[1])
-if type(redis.pcall("HSET", KEYS[2], ARGV[4], pttl .. " " .. owner)) == "number" then
-    redis.call("PEXPIRE", KEYS[2], ARGV[3])
-end
-redis.call("PUBLISH", ARGV[2], "")
-return {1, owner, pttl}
+    local owner = get(KEYS[1])
+    local pttl = call("PTTL", KEYS[1])
+    if type(owner) ~= "string" then
+        if pttl == -2 then
+            return {0, "", pttl}
+        end
+        return {-1, "", pttl}
+    end
+    if ARGV[1] ~= "" and owner ~= ARGV[1] then
+        return {0, owner, pttl}
+    end
+    call("DEL", KEYS[1])
+    if type(done) ~= "table" then -- remembered, unless KEYS[2] is of another type
+        if pcall(call, "HSET", KEYS[2], ARGV[4], pttl .. " " .. owner)
+            and not pcall(call, "PEXPIRE", KEYS[2], ARGV[3]) then
+            redis.pcall("HDEL", KEYS[2], ARGV[4]) -- never a hash without expiry
+        end
+    end
+    local woken = type(redis.pcall("PUBLISH", ARGV[2], "")) == "number"
+    return {woken and 1 or 3, owner, pttl}
+end)

@@ -51,7 +51,55 @@ var (
 	// ErrHeldByOther reports that Break was asked to break one owner's lock
 	// and found it held by another owner.
 	ErrHeldByOther = errors.New("redislock: held by another owner")
+	// ErrRefused reports that Redis refused a command a call needed: memory
+	// full under noeviction (OOM), a read-only replica (READONLY), a failed
+	// save (MISCONF), an ACL denial, a server still loading (LOADING), and
+	// the like. The error names the command and its key, and wraps the
+	// server's error (errors.As finds a redis.Error). The call took no lock
+	// and changed nothing of anyone else's; see "When Redis refuses" in
+	// docs/reliability.md.
+	ErrRefused = errors.New("redislock: redis refused a command")
 )
+
+// refusal is an error reply of Redis, wrapped: ErrRefused, naming the
+// command and key that call.lua reports (or the script call itself).
+type refusal struct {
+	command, key string
+	err          error // the redis.Error
+}
+
+// refusalMark starts what call.lua appends to a refusal's text.
+const refusalMark = " [redislock: "
+
+// refused wraps err, an error reply of Redis to a script call.
+func refused(err error) error {
+	r := &refusal{command: "the script", err: err}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, refusalMark); i >= 0 && strings.HasSuffix(msg, "]") {
+		r.command, r.key, _ = strings.Cut(msg[i+len(refusalMark):len(msg)-1], " ")
+		r.err = serverError{err, msg[:i]}
+	}
+	return r
+}
+
+func (r *refusal) Error() string {
+	if r.key == "" {
+		return fmt.Sprintf("redis refused %s: %v", r.command, r.err)
+	}
+	return fmt.Sprintf("redis refused %s %q: %v", r.command, r.key, r.err)
+}
+
+func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.err} }
+
+// serverError is a redis.Error with call.lua's suffix taken off its text.
+type serverError struct {
+	err  error
+	text string
+}
+
+func (e serverError) Error() string { return e.text }
+func (e serverError) Unwrap() error { return e.err }
+func (e serverError) RedisError()   {}
 
 // opErr is err from operation op on key: "redislock: op "key": err",
 // with the "redislock: " of a sentinel error said once.

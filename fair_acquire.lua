@@ -32,87 +32,93 @@
 --        free but a live waiter is ahead, that waiter's remaining liveness;
 --        seq is this waiter's score in the queue (0 when ARGV[3] is "0").
 --        The integer 0 for an attempt given up (its id is in KEYS[2]).
---        The error REDISLOCK_CORRUPT_COUNTER as acquire.lua.
-if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then return 0 end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+--        The error REDISLOCK_CORRUPT_COUNTER as acquire.lua, or a refusal
+--        (call.lua): the lock was not taken (a lock handed to the waiter
+--        stays its own, with the lease it was handed), and the waiter is
+--        where it was in the queue, or out of it.
+return guarded(function()
+    if call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then return 0 end
+    local time = check(redis.pcall("TIME"), "TIME")
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
-local function leave()
-    redis.call("ZREM", KEYS[3], ARGV[1])
-    redis.call("HDEL", KEYS[4], ARGV[1])
-end
-
-local owner = redis.pcall("GET", KEYS[1])
-if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
-    redis.call("PEXPIRE", KEYS[1], ARGV[2])
-    leave()
-    return KEYS[5] and {"OK", tonumber(redis.call("GET", KEYS[5]))} or "OK"
-end
-
-local wait
-if owner == false then
-    -- Free: ours unless a live waiter is ahead. Lapsed waiters at the head
-    -- of the queue are dropped, at most 10 per call.
-    for _ = 1, 10 do
-        local head = redis.call("ZRANGE", KEYS[3], 0, 0)[1]
-        if not head or head == ARGV[1] then
-            break
-        end
-        local live = tonumber(string.match(redis.call("HGET", KEYS[4], head) or "", "^(%d+) "))
-        if live and live > now then
-            wait = live - now
-            break
-        end
-        redis.call("ZREM", KEYS[3], head)
-        redis.call("HDEL", KEYS[4], head)
+    local function leave()
+        call("ZREM", KEYS[3], ARGV[1])
+        call("HDEL", KEYS[4], ARGV[1])
     end
-    if not wait then
-        local head = redis.call("ZRANGE", KEYS[3], 0, 0)[1]
-        if head and head ~= ARGV[1] then
-            wait = 1 -- more lapsed waiters than one call drops: again soon
-        else
-            local t, err
-            if KEYS[5] then
-                t, err = mint(5, time)
-                if not t then
-                    return err
+
+    local owner = get(KEYS[1])
+    -- Every write below, asked for before the first.
+    need("ZADD", KEYS[3], 1, ARGV[1])
+    need("ZREM", KEYS[3], ARGV[1])
+    need("HSET", KEYS[4], ARGV[1], 1)
+    need("HDEL", KEYS[4], ARGV[1])
+    need("SET", KEYS[1], ARGV[1])
+    need("PEXPIRE", KEYS[1], ARGV[2])
+    if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
+        call("PEXPIRE", KEYS[1], ARGV[2])
+        leave()
+        return KEYS[5] and {"OK", tonumber(get(KEYS[5]))} or "OK"
+    end
+
+    local wait
+    if owner == false then
+        -- Free: ours unless a live waiter is ahead. Lapsed waiters at the head
+        -- of the queue are dropped, at most 10 per call.
+        for _ = 1, 10 do
+            local head = call("ZRANGE", KEYS[3], 0, 0)[1]
+            if not head or head == ARGV[1] then
+                break
+            end
+            local live = tonumber(string.match(call("HGET", KEYS[4], head) or "", "^(%d+) "))
+            if live and live > now then
+                wait = live - now
+                break
+            end
+            call("ZREM", KEYS[3], head)
+            call("HDEL", KEYS[4], head)
+        end
+        if not wait then
+            local head = call("ZRANGE", KEYS[3], 0, 0)[1]
+            if head and head ~= ARGV[1] then
+                wait = 1 -- more lapsed waiters than one call drops: again soon
+            else
+                local t = KEYS[5] and mint(5, time)
+                call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+                if head then
+                    leave()
                 end
+                return t and {"OK", t} or "OK"
             end
-            redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-            if head then
-                leave()
-            end
-            return t and {"OK", t} or "OK"
+        end
+    else
+        wait = call("PTTL", KEYS[1]) -- held by another owner (or not a string)
+    end
+
+    if ARGV[3] == "0" then
+        return {wait, 0}
+    end
+    local last = call("ZRANGE", KEYS[3], -1, -1, "WITHSCORES")[2]
+    local seq
+    if last then
+        seq = tonumber(last) + 1
+    else
+        seq = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    if call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
+        seq = tonumber(call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
+    end
+    local wants = ARGV[2]
+    if KEYS[5] then
+        wants = wants .. "f" -- a handoff mints this waiter a fencing token
+    end
+    local window = tonumber(ARGV[3])
+    call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
+    for i = 3, 4 do -- a new key gets an expiry; an older one keeps the later
+        if last then
+            call("PEXPIRE", KEYS[i], 2 * window, "GT")
+        else
+            call("PEXPIRE", KEYS[i], 2 * window)
         end
     end
-else
-    wait = redis.call("PTTL", KEYS[1]) -- held by another owner (or not a string)
-end
-
-if ARGV[3] == "0" then
-    return {wait, 0}
-end
-local last = redis.call("ZRANGE", KEYS[3], -1, -1, "WITHSCORES")[2]
-local seq
-if last then
-    seq = tonumber(last) + 1
-else
-    seq = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-if redis.call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
-    seq = tonumber(redis.call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
-end
-local wants = ARGV[2]
-if KEYS[5] then
-    wants = wants .. "f" -- a handoff mints this waiter a fencing token
-end
-local window = tonumber(ARGV[3])
-redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
-for i = 3, 4 do -- a new key gets an expiry; an older one keeps the later
-    if last then
-        redis.call("PEXPIRE", KEYS[i], 2 * window, "GT")
-    else
-        redis.call("PEXPIRE", KEYS[i], 2 * window)
-    end
-end
-return {wait, seq}
+    return {wait, seq}
+end)

@@ -25,50 +25,74 @@
 --
 -- Reply: the message published when KEYS[1] held ARGV[1] and was handed
 --        on (so that the releaser can tell a waiter of its own process
---        without pub/sub), 1 when it was deleted; either way KEYS[2]
---        exists for 10 s. 2 when ARGV[1] was released
---        already (a retry); 0 when KEYS[1] does not hold ARGV[1] and
---        ARGV[1] was not released: a loss. When KEYS[5] is not a number
---        and the first live waiter is fenced, the lock is deleted and the
---        release published, not handed on: that waiter stays first, and its
---        attempt replies REDISLOCK_CORRUPT_COUNTER (fair_acquire.lua).
-if KEYS[6] then
-    if type(redis.pcall("SADD", KEYS[6], ARGV[1])) == "number"
-        and redis.call("PTTL", KEYS[6]) < tonumber(ARGV[3]) then
-        redis.call("PEXPIRE", KEYS[6], ARGV[3])
+--        without pub/sub), "!" and the message when Redis refused the
+--        PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
+--        refused (as release.lua); either way KEYS[2] exists for 10 s.
+--        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
+--        does not hold ARGV[1] and ARGV[1] was not released: a loss. When
+--        no token can be minted for the first live waiter, fenced (KEYS[5]
+--        is not a number, or Redis refused a command of it), the lock is
+--        deleted and the release published, not handed on: that waiter
+--        stays first, and its own attempt replies why (fair_acquire.lua).
+--        A refusal (call.lua): nothing was changed.
+return guarded(function()
+    local owned = get(KEYS[1]) == ARGV[1]
+    local released = not owned and call("EXISTS", KEYS[2]) == 1
+    local time = check(redis.pcall("TIME"), "TIME")
+    local ttl = KEYS[6] and call("PTTL", KEYS[6])
+    -- Every write below, asked for before the first; the first may still
+    -- be refused for the server's state, and then nothing was written.
+    need("ZREM", KEYS[3], ARGV[1])
+    need("HDEL", KEYS[4], ARGV[1])
+    need("SET", KEYS[1], ARGV[1])
+    need("DEL", KEYS[1])
+    if KEYS[6] then
+        need("PEXPIRE", KEYS[6], ARGV[3])
     end
-    redis.call("ZREM", KEYS[3], ARGV[1])
-    redis.call("HDEL", KEYS[4], ARGV[1])
-end
-if redis.pcall("GET", KEYS[1]) ~= ARGV[1] then
-    return redis.call("EXISTS", KEYS[2]) == 1 and 2 or 0
-end
-redis.call("SET", KEYS[2], 1, "PX", 10000)
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-for _ = 1, 10 do
-    local next = redis.call("ZPOPMIN", KEYS[3])
-    if not next[1] then
-        break
-    end
-    local live, lease, fenced = string.match(redis.call("HGET", KEYS[4], next[1]) or "", "^(%d+) (%d+)(f?)$")
-    if live and tonumber(live) > now and tonumber(lease) > 0 then
-        local token = 0
-        if fenced == "f" then
-            token = mint(5, time)
+    if KEYS[6] then
+        call("SADD", KEYS[6], ARGV[1])
+        if ttl < tonumber(ARGV[3]) then
+            call("PEXPIRE", KEYS[6], ARGV[3])
         end
-        if not token then -- it stays first; its own attempt tells it why
-            redis.call("ZADD", KEYS[3], next[2], next[1])
+        call("ZREM", KEYS[3], ARGV[1])
+        call("HDEL", KEYS[4], ARGV[1])
+    end
+    if not owned then
+        return released and 2 or 0
+    end
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local msg = ""
+    for _ = 1, 10 do
+        local head = call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
+        if not head[1] then
             break
         end
-        redis.call("HDEL", KEYS[4], next[1])
-        redis.call("SET", KEYS[1], next[1], "PX", lease)
-        local msg = next[1] .. " " .. next[2] .. " " .. string.format("%.0f", token) .. " " .. lease
-        redis.call("PUBLISH", ARGV[2], msg)
-        return msg
+        local live, lease, fenced = string.match(call("HGET", KEYS[4], head[1]) or "", "^(%d+) (%d+)(f?)$")
+        local token
+        if live and tonumber(live) > now and tonumber(lease) > 0 then
+            token = 0
+            if fenced == "f" then
+                local minted, t = pcall(mint, 5, time)
+                if not minted then
+                    break -- it stays first; its own attempt tells it why
+                end
+                token = t
+            end
+        end
+        call("ZREM", KEYS[3], head[1])
+        call("HDEL", KEYS[4], head[1])
+        if token then
+            call("SET", KEYS[1], head[1], "PX", lease)
+            msg = head[1] .. " " .. head[2] .. " " .. string.format("%.0f", token) .. " " .. lease
+            break
+        end
     end
-    redis.call("HDEL", KEYS[4], next[1])
-end
-redis.call("DEL", KEYS[1])
-redis.call("PUBLISH", ARGV[2], "")
-return 1
+    if msg == "" then
+        call("DEL", KEYS[1])
+    end
+    redis.pcall("SET", KEYS[2], 1, "PX", 10000) -- refused: only a retry finds no marker
+    if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
+        return msg == "" and 1 or msg
+    end
+    return msg == "" and 3 or "!" .. msg
+end)

@@ -1,4 +1,4 @@
--- inspect.lua: read the state of a lock without owning it. Changes nothing.
+-- inspect.lua: read the state of a lock without owning it. Read-only.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  its fencing counter
@@ -17,25 +17,28 @@
 --        expires  when KEYS[1] expires, in ms of the server's clock
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
-local kind = redis.call("TYPE", KEYS[1]).ok
-local owner = kind == "string" and redis.call("GET", KEYS[1]) or ""
-local counterKind = redis.call("TYPE", KEYS[2]).ok
-local counter = counterKind == "none" and "" or "(" .. counterKind .. ")"
-if counterKind == "string" then
-    counter = "=" .. redis.call("GET", KEYS[2])
-end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local waiters = 0
-if redis.call("TYPE", KEYS[3]).ok == "zset" and redis.call("TYPE", KEYS[4]).ok == "hash" then
-    for _, id in ipairs(redis.call("ZRANGE", KEYS[3], 0, -1)) do
-        local live = tonumber(string.match(redis.call("HGET", KEYS[4], id) or "", "^(%d+) "))
-        if live and live > now then waiters = waiters + 1 end
+--        A refusal as call.lua says.
+return guarded(function()
+    local kind = call("TYPE", KEYS[1]).ok
+    local owner = kind == "string" and call("GET", KEYS[1]) or ""
+    local counterKind = call("TYPE", KEYS[2]).ok
+    local counter = counterKind == "none" and "" or "(" .. counterKind .. ")"
+    if counterKind == "string" then
+        counter = "=" .. call("GET", KEYS[2])
     end
-end
-local pttl = redis.call("PTTL", KEYS[1])
-local expires = redis.pcall("PEXPIRETIME", KEYS[1])
-if type(expires) ~= "number" then -- Redis before 7.0
-    expires = pttl >= 0 and now + pttl or pttl
-end
-return {kind, owner, pttl, counter, waiters, expires}
+    local time = check(redis.pcall("TIME"), "TIME")
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local waiters = 0
+    if call("TYPE", KEYS[3]).ok == "zset" and call("TYPE", KEYS[4]).ok == "hash" then
+        for _, id in ipairs(call("ZRANGE", KEYS[3], 0, -1)) do
+            local live = tonumber(string.match(call("HGET", KEYS[4], id) or "", "^(%d+) "))
+            if live and live > now then waiters = waiters + 1 end
+        end
+    end
+    local pttl = call("PTTL", KEYS[1])
+    local expires = redis.pcall("PEXPIRETIME", KEYS[1])
+    if type(expires) ~= "number" then -- Redis before 7.0
+        expires = pttl >= 0 and now + pttl or pttl
+    end
+    return {kind, owner, pttl, counter, waiters, expires}
+end)

@@ -23,7 +23,7 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 // use. The locks of NewRedisLock share their store's default Locker, which
 // lives as long as the process and is never closed.
 type Locker struct {
-	store    store
+	store    *store
 	opts     []Option
 	clock    clock
 	renewals renewals           // its scheduler: renewals, lease deadlines, maximum holds
@@ -33,7 +33,8 @@ type Locker struct {
 	finished chan struct{}      // closed when Close returns
 	wg       sync.WaitGroup     // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
 
-	quiet atomic.Pointer[hub] // the hub of its locks without pub/sub, while open
+	quiet   atomic.Pointer[hub] // the hub of its locks without pub/sub, while open
+	unheard sync.Map            // keys whose release Redis refused to publish, and struct{}{} for a subscription: logged once
 
 	mu     sync.Mutex
 	holds  map[*hold]bool // live holds of its locks (not for a shared Locker)
@@ -202,7 +203,7 @@ func (l *Locker) Close() error {
 		for _, c := range done {
 			// A renewal under way is owner-checked: it cannot bring back or
 			// extend the key this deletes, so it is not waited for.
-			switch deleted, err := releaseResult(c); {
+			switch deleted, err := l.releaseResult(c); {
 			case err != nil:
 				l.failed(opErr("release", c.tag.(*RedisLock).key, err))
 			case !deleted: // a loss, learnt only now

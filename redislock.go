@@ -124,7 +124,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	if locker == nil {
 		locker = defaultLocker(s, o.clock)
 	}
-	rl.locker, rl.clock, rl.store = locker, locker.clock, &locker.store
+	rl.locker, rl.clock, rl.store = locker, locker.clock, locker.store
 	if !o.pubsubSet {
 		rl.pubsub = rl.store.sub // wake-ups through the same client, if it has pub/sub
 	}
@@ -182,7 +182,8 @@ func (rl *RedisLock) Acquire() (bool, error) {
 // the lock was taken, or re-entered by this RedisLock; false, nil when
 // another owner holds it (a key of another type, written by someone else,
 // counts as held: Inspect tells it by ErrWrongType); and false with an
-// error otherwise. ctx bounds the
+// error otherwise, matching ErrRefused when Redis refused a command it
+// needed (memory full, a replica, an ACL). ctx bounds the
 // attempt: an already ended ctx gets an error matching ctx.Err() and no
 // round trip.
 //
@@ -292,7 +293,7 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if h == nil {
 		return 0, ErrNotHeld
 	}
-	reply, err := rl.store.run(ctx, ttlScript, rl.acquireKeys[:1], h.id)
+	reply, err := rl.store.runRead(ctx, ttlScript, rl.acquireKeys[:1], h.id)
 	ms, ok := reply.(int64)
 	switch {
 	case err != nil:

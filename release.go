@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/logx"
@@ -70,10 +71,10 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
 	c := rl.releaseCall(ctx, id, abandon)
 	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
-	deleted, err := releaseResult(c)
+	deleted, err := rl.locker.releaseResult(c)
 	if deleted { // no message tells the waiters without pub/sub
 		handoff, _ := c.reply.(string)
-		rl.locker.releasedHere(rl.channel, handoff)
+		rl.locker.releasedHere(rl.channel, strings.TrimPrefix(handoff, "!"))
 	}
 	return deleted, err
 }
@@ -92,22 +93,38 @@ func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Du
 	return c
 }
 
-// releaseResult reads the reply of a release call: a fair release's
-// handoff message is a release.
-func releaseResult(c *call) (bool, error) {
+// releaseResult reads the reply of a release call, of a lock of l: a fair
+// release's handoff message is a release. A release whose wake-up Redis
+// refused is one all the same, logged once per key.
+func (l *Locker) releaseResult(c *call) (bool, error) {
 	if c.err != nil {
 		return false, c.err
 	}
-	if m, ok := c.reply.(string); ok && c.script == fairReleaseScript {
-		if _, _, handoff := parseHandoff(m); handoff {
-			return true, nil
+	n, ok := c.reply.(int64)
+	if m, isMsg := c.reply.(string); isMsg && c.script == fairReleaseScript {
+		unheard, refused := strings.CutPrefix(m, "!")
+		if _, _, handoff := parseHandoff(unheard); handoff {
+			n, ok = 1, true
+			if refused {
+				n = 3
+			}
 		}
 	}
-	n, ok := c.reply.(int64)
-	if !ok || n < 0 || n > 2 {
-		return false, fmt.Errorf("%w: %T %.64v where 0, 1 or 2 was due", ErrUnexpectedReply, c.reply, c.reply)
+	switch {
+	case !ok || n < 0 || n > 3:
+		return false, fmt.Errorf("%w: %T %.64v where 0, 1, 2 or 3 was due", ErrUnexpectedReply, c.reply, c.reply)
+	case n == 3:
+		l.wakeupRefused(c.keys[0])
 	}
 	return n != 0, nil
+}
+
+// wakeupRefused logs, once per key, that Redis refused to publish a
+// release of key: its waiters attempt at their RetryStrategy's pace.
+func (l *Locker) wakeupRefused(key string) {
+	if _, logged := l.unheard.LoadOrStore(key, true); !logged {
+		logx.Errorf("redislock: Redis refused to publish the release of %q (an ACL without its channel?): its waiters attempt at their RetryStrategy's pace", key)
+	}
 }
 
 // abandonedFor is how long an attempt given up is remembered, so that a late

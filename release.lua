@@ -9,7 +9,8 @@
 --
 -- Reply: 1 when KEYS[1] held ARGV[1] and was deleted; a message was
 --        published on ARGV[2], and KEYS[2] exists for 10 s, the clients'
---        retry window.
+--        retry window. 3 likewise, but Redis refused the PUBLISH (an ACL
+--        without the channel): nobody was woken.
 --        2 when ARGV[1] was released already (KEYS[2] exists): a client's
 --        retry of this call after its reply was lost, whoever took and
 --        released the key meanwhile.
@@ -18,15 +19,25 @@
 --        With KEYS[3], ARGV[1] is an attempt given up: it is added to
 --        KEYS[3], whose expiry is pushed to at least ARGV[3] ms, whatever
 --        the reply, so a late run of it will not take the lock (see
---        acquire.lua).
-if KEYS[3] and type(redis.pcall("SADD", KEYS[3], ARGV[1])) == "number"
-    and redis.call("PTTL", KEYS[3]) < tonumber(ARGV[3]) then
-    redis.call("PEXPIRE", KEYS[3], ARGV[3])
-end
-if redis.pcall("GET", KEYS[1]) == ARGV[1] then
-    redis.call("DEL", KEYS[1])
-    redis.call("SET", KEYS[2], 1, "PX", 10000)
-    redis.call("PUBLISH", ARGV[2], "")
-    return 1
-end
-return redis.call("EXISTS", KEYS[2]) == 1 and 2 or 0
+--        acquire.lua). A refusal (call.lua): nothing was changed.
+return guarded(function()
+    local owned = get(KEYS[1]) == ARGV[1]
+    local released = not owned and call("EXISTS", KEYS[2]) == 1
+    if KEYS[3] then -- given up: remembered, with an expiry, before the key goes
+        local ttl = call("PTTL", KEYS[3])
+        need("PEXPIRE", KEYS[3], ARGV[3])
+        if owned then
+            need("DEL", KEYS[1])
+        end
+        call("SADD", KEYS[3], ARGV[1])
+        if ttl < tonumber(ARGV[3]) then
+            call("PEXPIRE", KEYS[3], ARGV[3])
+        end
+    end
+    if not owned then
+        return released and 2 or 0
+    end
+    call("DEL", KEYS[1])
+    redis.pcall("SET", KEYS[2], 1, "PX", 10000) -- refused: only a retry finds no marker
+    return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
+end)

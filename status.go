@@ -62,7 +62,7 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
-	reply, err := rl.store.run(ctx, inspectScript, keys)
+	reply, err := rl.store.runRead(ctx, inspectScript, keys)
 	if err != nil {
 		return Status{}, err
 	}
@@ -136,8 +136,9 @@ func leaseLeft(pttl int64) time.Duration {
 // false when the lock is free, and an error matching ErrHeldByOther, with
 // the holder's status, when owner is given and another owner holds the
 // lock. A key of another type than a string is never deleted
-// (ErrWrongType). A client's retry of the call, after its reply was lost,
-// reports the break it made and breaks nothing more.
+// (ErrWrongType), nor one whose break Redis refuses (ErrRefused). A
+// client's retry of the call, after its reply was lost, reports the break
+// it made and breaks nothing more.
 func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if err := rl.check(ctx); err != nil {
 		return Status{}, err
@@ -164,7 +165,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	broken, ok1 := v[0].(int64)
 	was, ok2 := v[1].(string)
 	pttl, ok3 := v[2].(int64)
-	if !ok1 || !ok2 || !ok3 || broken < -1 || broken > 2 || pttl < -2 {
+	if !ok1 || !ok2 || !ok3 || broken < -1 || broken > 3 || pttl < -2 {
 		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v))
 	}
 	if st.Owner != was || !st.Held { // the lock changed hands since inspect read it
@@ -175,6 +176,8 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		st.TTL = leaseLeft(pttl)
 	}
 	switch {
+	case broken == 3: // broken, and nobody woken
+		rl.locker.wakeupRefused(rl.key)
 	case broken == -1:
 		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: not a string", ErrWrongType))
 	case broken == 0 && st.Held:

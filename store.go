@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/breaker"
@@ -59,7 +60,7 @@ type Evaler interface {
 var lua embed.FS
 
 var (
-	acquireScript     = newScript("fence.lua", "acquire.lua") // fence.lua: a function they share
+	acquireScript     = newScript("fence.lua", "acquire.lua") // fence.lua: a function they share, after call.lua
 	extendScript      = newScript("extend.lua")
 	releaseScript     = newScript("release.lua")
 	ttlScript         = newScript("ttl.lua")
@@ -71,10 +72,11 @@ var (
 	sources = map[*redis.Script]string{} // the scripts' texts, for EVAL
 )
 
-// newScript returns the script made of files, one after another.
+// newScript returns the script made of call.lua and files, one after
+// another.
 func newScript(files ...string) *redis.Script {
 	var src strings.Builder
-	for _, f := range files {
+	for _, f := range append([]string{"call.lua"}, files...) {
 		b, _ := lua.ReadFile(f) // embedded: it reads
 		src.Write(b)
 	}
@@ -96,10 +98,14 @@ type store struct {
 	server func(ctx context.Context, key string) string             // nil: one server, or hidden
 	single bool                                                     // every key on one primary: a script may touch many locks' keys
 	sub    Subscriber                                               // the client's pub/sub; nil for go-zero's store
+	// readOnly runs a script that writes nothing with EVALSHA_RO (Redis
+	// 7.0+), which a replica and CLIENT PAUSE WRITE let through; nil when
+	// the client cannot, or the server said it does not know it.
+	readOnly atomic.Pointer[func(context.Context, *redis.Script, []string, ...any) *redis.Cmd]
 }
 
-func newStore(s Scripter) store {
-	st := store{Scripter: s}
+func newStore(s Scripter) *store {
+	st := &store{Scripter: s}
 	if isNil(s) {
 		return st
 	}
@@ -119,6 +125,10 @@ func newStore(s Scripter) store {
 	switch s := s.(type) {
 	case goRedis:
 		st.sub, _ = s.c.(Subscriber)
+		ro := func(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+			return script.RunRO(ctx, s.c, keys, args...)
+		}
+		st.readOnly.Store(&ro)
 		if p, ok := s.c.(goRedisPipelines); ok {
 			st.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
 				_, err := p.Pipelined(ctx, fn)
@@ -152,13 +162,38 @@ func (st *store) run(ctx context.Context, script *redis.Script, keys []string, a
 	return checkReply(reply, err)
 }
 
+// runRead is run for a script that writes nothing: with EVALSHA_RO where
+// the client has it.
+func (st *store) runRead(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	ro := st.readOnly.Load()
+	if ro == nil || st.evaler != nil {
+		return st.run(ctx, script, keys, args...)
+	}
+	reply, err := (*ro)(ctx, script, keys, args...).Result()
+	var e redis.Error
+	if errors.As(err, &e) { // before Redis 7.0, or a server that refuses TIME there (miniredis)
+		if msg := strings.ToLower(e.Error()); strings.Contains(msg, "unknown command") || strings.Contains(msg, "read-only script") {
+			st.readOnly.Store(nil)
+			return st.run(ctx, script, keys, args...)
+		}
+	}
+	return checkReply(reply, err)
+}
+
+// checkReply turns what a script call returned into our reply and error:
+// a nil reply (none of our scripts gives one) is ErrUnexpectedReply, so
+// redis.Nil never reaches a caller, and an error reply of Redis is a
+// refusal (ErrRefused).
 func checkReply(reply any, err error) (any, error) {
+	var e redis.Error
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
 		_, counter, _ := strings.Cut(err.Error(), corruptCounterReply)
 		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, counter)
 	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
+	case errors.As(err, &e):
+		return nil, refused(err)
 	}
 	return reply, err
 }
@@ -244,7 +279,8 @@ func (st *store) pipeline(ctx context.Context, calls []*call) {
 	}
 	var again []*call
 	for _, c := range calls {
-		if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
+		var e redis.Error
+		if errors.As(c.err, &e) && strings.HasPrefix(e.Error(), "NOSCRIPT") {
 			again = append(again, c)
 		}
 	}

@@ -235,6 +235,11 @@ func (h *hub) read() {
 				_ = h.ps.Ping(h.ctx) // a dead connection fails the next receive
 				continue
 			}
+			var refusal redis.Error
+			if errors.As(err, &refusal) {
+				h.refused(err)
+				continue
+			}
 			failures++
 			h.dropped(err, failures)
 			if failures == 1 {
@@ -329,6 +334,25 @@ func (h *hub) confirm(name string) {
 		}
 		c.dropped = false
 	}
+}
+
+// refused runs when Redis refused a SUBSCRIBE (an ACL without the
+// channel): no confirmation is coming, so the waiters that wait for one
+// go on at once, and pace themselves by their RetryStrategy. Which of the
+// pending channels was refused is not said: those of the others confirm
+// later.
+func (h *hub) refused(err error) {
+	if _, logged := h.locker.unheard.LoadOrStore(struct{}{}, true); !logged { // once per Locker
+		logx.Errorf("redislock: Redis refused a subscription to wake-ups, pacing by retries: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.pending {
+		if c := h.chans[name]; c != nil {
+			c.unblock()
+		}
+	}
+	clear(h.pending)
 }
 
 // released passes on a message of the channel: a handoff to a fair waiter

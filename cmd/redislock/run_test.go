@@ -435,3 +435,30 @@ func TestRunWaitDoesNotBoundTheHold(t *testing.T) {
 		t.Fatalf("exit %d, want 0: %s", code, out.String())
 	}
 }
+
+// Issue 25: "run" against a replica (a primary demoted by a failover) ran
+// the command while another owner held the lock: the refused SET was
+// taken for an acquisition. It exits 69 without running the command.
+func TestRunOnAReplicaRunsNothing(t *testing.T) {
+	ctx := context.Background()
+	primary := redisserver.Start(t)
+	if err := primary.Client(t).Set(ctx, "nightly", "someone", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	for replica.Client(t).Get(ctx, "nightly").Val() != "someone" {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	var out lockedBuffer
+	for _, key := range []string{"nightly", "free"} {
+		out.Reset()
+		code := run([]string{"run", "-addr", replica.Addr, "-wait", "0", key, "--", "touch", ran}, &out, &out)
+		if code != exitUnavailable || !strings.Contains(out.String(), "READONLY") {
+			t.Errorf("run on a replica, %s key: exit %d, want %d with READONLY: %s", key, code, exitUnavailable, out.String())
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatalf("run on a replica, %s key: the command ran", key)
+		}
+	}
+}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/zeromicro/go-zero/core/conf"
-	"github.com/zeromicro/go-zero/core/proc"
 	"github.com/zeromicro/go-zero/rest"
 	"github.com/zeromicro/go-zero/rest/httpx"
 )
@@ -56,6 +55,9 @@ func main() {
 
 	server, ctx := newServer(c)
 	defer server.Stop()
+	// The Locker closes once the server has stopped: not in a shutdown
+	// listener, which go-zero runs while in-flight requests still finish,
+	// and whose Close would end their holds (ErrLockerClosed).
 	defer ctx.Close()
 
 	fmt.Printf("Starting server at %s:%d...\n", c.Host, c.Port)
@@ -80,9 +82,5 @@ func newServer(c config.Config) (*rest.Server, *svc.ServiceContext) {
 	ctx := svc.NewServiceContext(c)
 	handler.RegisterHandlers(server, ctx)
 	httpx.SetErrorHandlerCtx(errorx.Handler)
-	// At SIGTERM, while the server lets in-flight requests finish, close the
-	// Locker: requests waiting for a lock give up at once (503), and charges
-	// under way stop before the gateway (503), to be retried elsewhere.
-	proc.AddShutdownListener(func() { _ = ctx.Close() })
 	return server, ctx
 }

@@ -286,8 +286,7 @@ func TestBreakDuringCharge(t *testing.T) {
 }
 
 // TestWaitTimesOutWith503: a request that waits for a lock held elsewhere
-// until go-zero's request timeout gets 503, and so does one waiting when
-// the service shuts down (black-box round 10: 400).
+// until go-zero's request timeout gets 503.
 func TestWaitTimesOutWith503(t *testing.T) {
 	s := startService(t, func(c *config.Config) { c.Timeout = 300 }, nil)
 	ctx := context.Background()
@@ -296,26 +295,33 @@ func TestWaitTimesOutWith503(t *testing.T) {
 	if r, err := s.charge(client, "9"); err != nil || r.status != http.StatusServiceUnavailable {
 		t.Fatalf("reply %+v, %v; want 503", r, err)
 	}
+}
 
-	s = startService(t, nil, nil) // a 15 s timeout
-	s.rdb.Set(ctx, "invoice:9", "another-replica", time.Minute)
-	before := evalCalls(t, s.rdb)
+// TestChargeUnderWayAtShutdownFinishes: a charge under way when the
+// service shuts down finishes, 200 and charged: the Locker closes after
+// the server stopped. (A Close in a shutdown listener, which go-zero runs
+// while in-flight requests finish, cut 18 of 20 of them short with
+// ErrLockerClosed: issue 25.)
+func TestChargeUnderWayAtShutdownFinishes(t *testing.T) {
+	s := startService(t, nil, func(sc *svc.ServiceContext) { sc.Gateway.Delay = 500 * time.Millisecond })
+	ctx := context.Background()
+	client := &http.Client{Timeout: 20 * time.Second}
 	got := make(chan reply, 1)
 	go func() {
-		r, err := s.charge(client, "9")
+		r, err := s.charge(client, "10")
 		if err != nil {
 			t.Error(err)
 		}
 		got <- r
 	}()
-	for deadline := time.Now().Add(10 * time.Second); evalCalls(t, s.rdb) == before; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); s.rdb.Exists(ctx, "invoice:10").Val() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the request made no attempt")
+			t.Fatal("the charge never took its lock")
 		}
 	}
-	proc.Shutdown() // what SIGTERM does after its wrap-up
-	if r := <-got; r.status != http.StatusServiceUnavailable {
-		t.Fatalf("reply at shutdown %+v; want 503", r)
+	proc.Shutdown() // what SIGTERM does
+	if r := <-got; r.status != http.StatusOK || !s.svc.Gateway.Charged("10") {
+		t.Fatalf("reply at shutdown %+v (charged: %v); want 200, charged", r, s.svc.Gateway.Charged("10"))
 	}
 }
 

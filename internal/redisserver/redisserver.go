@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +85,11 @@ func start(bin, dir string, args []string) (*Server, error) {
 }
 
 // run starts the process and waits until it answers PING.
-func (s *Server) run() error {
+func (s *Server) run() error { return s.runUntil(false) }
+
+// runUntil starts the process and waits until it answers PING, or with
+// loading until it answers anything, LOADING included.
+func (s *Server) runUntil(loading bool) error {
 	s.log, s.done = &bytes.Buffer{}, make(chan struct{})
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -94,7 +99,7 @@ func (s *Server) run() error {
 	}
 	done := s.done
 	go func() { _ = s.cmd.Wait(); close(done) }()
-	if err := s.waitReady(10 * time.Second); err != nil {
+	if err := s.waitReady(10*time.Second, loading); err != nil {
 		s.Stop()
 		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.log.String())
 	}
@@ -111,13 +116,23 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 }
 
-func (s *Server) waitReady(within time.Duration) error {
+// RestartLoading is Restart, returning as soon as the server answers, while
+// it may still be loading its data (and replying LOADING).
+func (s *Server) RestartLoading(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	if err := s.runUntil(true); err != nil {
+		tb.Fatalf("redisserver: restart: %v", err)
+	}
+}
+
+func (s *Server) waitReady(within time.Duration, loading bool) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
 		err := c.Ping(context.Background()).Err()
-		if err == nil {
+		if err == nil || loading && err != nil && strings.HasPrefix(err.Error(), "LOADING") {
 			return nil
 		}
 		select {

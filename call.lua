@@ -1,0 +1,53 @@
+-- call.lua: put in front of every script. A script's body runs inside
+-- guarded, and sends its commands through call (get for GET, check for a
+-- redis.pcall whose errors it reads itself).
+--
+-- A command Redis refuses (memory full under noeviction, a read-only
+-- replica, a failed save, an ACL denial, a value of another type where the
+-- script expects none) ends the script with an error reply: the server's
+-- text, whose first word (OOM, READONLY, MISCONF, ERR...) clients act on,
+-- followed by " [redislock: <COMMAND> <key>]", by which the client names
+-- what was refused. Redis refuses a script's writes for the state of the
+-- server only until one of them has got through; an ACL can refuse any
+-- command, so a script reads first, asks (need) for the writes that follow
+-- its first, and then writes, or undoes what it wrote before it ends.
+local function check(reply, command, key)
+    if type(reply) == "table" and reply.err then
+        error(redis.error_reply(reply.err .. " [redislock: " .. command .. (key and " " .. key or "") .. "]"))
+    end
+    return reply
+end
+
+local function call(command, key, ...)
+    return check(redis.pcall(command, key, ...), command, key)
+end
+
+-- get returns the value of key, false when it is missing, and 0 when it
+-- holds another type than a string.
+local function get(key)
+    local value = redis.pcall("GET", key)
+    if type(value) == "table" and value.err and string.find(value.err, "^WRONGTYPE") then
+        return 0
+    end
+    return check(value, "GET", key)
+end
+
+-- need raises the refusal of an ACL that denies the user command with
+-- args: a script asks before it writes, for each command it may send
+-- after its first write. Redis before 7.0 cannot tell, and is not asked.
+local function need(command, key, ...)
+    if redis.acl_check_cmd and not redis.acl_check_cmd(command, key, ...) then
+        check({err = "NOPERM this user has no permissions to run the '" .. string.lower(command) .. "' command"},
+            command, key)
+    end
+end
+
+-- guarded runs body and returns its reply, or the error reply of what it
+-- raised (Redis 7 hands pcall an error's text, not its table).
+local function guarded(body)
+    local ok, reply = pcall(body)
+    if ok or type(reply) == "table" then
+        return reply
+    end
+    return redis.error_reply(reply)
+end
