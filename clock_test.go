@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"github.com/redislock/redislock/internal/clock"
 	"sort"
 	"sync"
 	"testing"
@@ -37,13 +38,13 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTimer(d time.Duration) timer {
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
 	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
 	t.Reset(d)
 	return t
 }
 
-func (c *fakeClock) WatchFunc(d time.Duration, f func()) timer {
+func (c *fakeClock) WatchFunc(d time.Duration, f func()) clock.Timer {
 	t := &fakeTimer{c: c, fn: f, watch: true}
 	t.Reset(d)
 	return t

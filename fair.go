@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"github.com/redislock/redislock/internal/clock"
 	"strconv"
 	"strings"
 	"time"
@@ -176,7 +177,7 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *h
 	countAcquire(false, false, nil)
 	if seq > 0 { // waiting: a handoff to fw comes after this round trip
 		fw.seq = seq
-		fw.until = later(fw.until, sent.Add(fw.lease-drift(fw.lease)))
+		fw.until = clock.Later(fw.until, sent.Add(fw.lease-drift(fw.lease)))
 	}
 	return false, wait, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,7 @@ func goZeroStore(addr string) *zredis.Redis {
 }
 
 // withClock makes the lock use c as its time source.
-func withClock(c clock) Option {
+func withClock(c clock.Clock) Option {
 	return func(o *options) { o.clock = c }
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"maps"
 	"reflect"
 	"slices"
@@ -25,7 +26,7 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 type Locker struct {
 	store    *store
 	opts     []Option
-	clock    clock
+	clock    clock.Clock
 	renewals renewals           // its scheduler: renewals, lease deadlines, maximum holds
 	shared   bool               // a store's default Locker: never closed, tracks no holds
 	closing  context.Context    // ends when Close begins
@@ -53,7 +54,7 @@ func (l *Locker) failed(err error) {
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
 func NewLocker(store Scripter, opts ...Option) *Locker {
-	o := options{clock: realClock{}}
+	o := options{clock: clock.Real{}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -62,7 +63,7 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 	return newLocker(store, o.clock, opts, false)
 }
 
-func newLocker(store Scripter, c clock, opts []Option, shared bool) *Locker {
+func newLocker(store Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
 	l := &Locker{store: newStore(store), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
 		holds: map[*hold]bool{}, hubs: map[any]*hub{}}
 	l.closing, l.shut = context.WithCancel(context.Background())
@@ -78,12 +79,12 @@ var defaultLockers sync.Map
 // client, for FromGoRedis) for the life of the process on the real clock,
 // one per lock on another clock (a test's) or for a store that cannot be a
 // map key.
-func defaultLocker(store Scripter, c clock) *Locker {
+func defaultLocker(store Scripter, c clock.Clock) *Locker {
 	key := any(store)
 	if g, ok := store.(goRedis); ok {
 		key = g.c // a pointer, as a rule: no walk through a struct
 	}
-	if _, real := c.(realClock); !real || isNil(store) || !reflect.ValueOf(key).Comparable() {
+	if _, real := c.(clock.Real); !real || isNil(store) || !reflect.ValueOf(key).Comparable() {
 		return newLocker(store, c, nil, true)
 	}
 	if v, ok := defaultLockers.Load(key); ok {

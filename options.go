@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"time"
 )
 
@@ -26,7 +27,7 @@ type options struct {
 	watchdog bool
 	fencing  bool
 	fair     bool
-	clock    clock
+	clock    clock.Clock
 	err      error
 
 	waitTimeout time.Duration

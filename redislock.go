@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,7 @@ type RedisLock struct {
 	maxHold     time.Duration
 	waitTimeout time.Duration // 0: AcquireWait and Do wait as long as their context
 	watchdog    bool
-	clock       clock
+	clock       clock.Clock
 	retry       RetryStrategy
 	pubsub      Subscriber    // nil: no wake-ups
 	channel     string        // where releases are published
@@ -76,7 +77,7 @@ func NewRedisLock(store Scripter, key string, opts ...Option) *RedisLock {
 // newRedisLock makes a lock of locker, or of its store's default Locker
 // when locker is nil.
 func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisLock {
-	o := options{expiry: DefaultExpiry, watchdog: true, clock: realClock{}, retry: DefaultRetry}
+	o := options{expiry: DefaultExpiry, watchdog: true, clock: clock.Real{}, retry: DefaultRetry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)

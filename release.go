@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"slices"
 	"strings"
 	"time"
@@ -160,7 +161,7 @@ func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.D
 	}
 	rl.locker.spawn(func() {
 		for n := 1; ; n++ {
-			if wait := retryBackoff(lease/3, n); err != nil {
+			if wait := clock.Backoff(lease/3, n); err != nil {
 				if time.Now().Add(wait).After(end) {
 					break
 				}

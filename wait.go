@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"time"
 )
 
@@ -112,9 +113,9 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		w = rl.join(waitCtx, id) // subscribed before it queues: no release or handoff goes unheard
 		return nil
 	}
-	var next timer    // of the next attempt; made when first armed
-	var due time.Time // when the next attempt that counts is due
-	refresh := false  // the timer only keeps fw live in its queue: its attempt does not count
+	var next clock.Timer // of the next attempt; made when first armed
+	var due time.Time    // when the next attempt that counts is due
+	refresh := false     // the timer only keeps fw live in its queue: its attempt does not count
 	defer func() {
 		if next != nil {
 			next.Stop()

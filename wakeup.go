@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/redislock/redislock/internal/clock"
 	"reflect"
 	"slices"
 	"sync"
@@ -248,7 +249,7 @@ func (h *hub) read() {
 			select { // the server is down, say: back off
 			case <-h.ctx.Done():
 				return
-			case <-time.After(retryBackoff(800*time.Millisecond, failures-1)):
+			case <-time.After(clock.Backoff(800*time.Millisecond, failures-1)):
 			}
 			continue
 		}

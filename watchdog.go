@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/redislock/redislock/internal/clock"
 	"sync"
 	"time"
 
@@ -35,11 +36,11 @@ type renewals struct {
 	locker *Locker
 
 	mu      sync.Mutex
-	queue   holdQueue // live holds, earliest deadline first
-	wake    timer     // runs the scheduler; nil until first armed
-	armedAt time.Time // when wake fires; zero when it is not armed
-	lastRun time.Time // when the latest run began
-	runs    int       // runs under way, with their batches
+	queue   holdQueue   // live holds, earliest deadline first
+	wake    clock.Timer // runs the scheduler; nil until first armed
+	armedAt time.Time   // when wake fires; zero when it is not armed
+	lastRun time.Time   // when the latest run began
+	runs    int         // runs under way, with their batches
 }
 
 // holdQueue is a min-heap of holds by due.
@@ -74,7 +75,7 @@ func (h *hold) nextDeadline(notBefore time.Time) time.Time {
 	if m := h.rl.maxHold; m > 0 && h.started.Add(m).Before(at) {
 		at = h.started.Add(m)
 	}
-	if renew := later(h.nextRenew, notBefore); h.state == renewing && h.renewal == nil && h.rl.watchdog && renew.Before(at) {
+	if renew := clock.Later(h.nextRenew, notBefore); h.state == renewing && h.renewal == nil && h.rl.watchdog && renew.Before(at) {
 		at = renew
 	}
 	return at
@@ -323,7 +324,7 @@ func (rl *RedisLock) renewed(h *hold, sent time.Time, ok bool, err error) (undo 
 	case err != nil:
 		h.lastErr = err
 		h.failures++
-		backoff := retryBackoff(interval, h.failures)
+		backoff := clock.Backoff(interval, h.failures)
 		h.nextRenew = rl.clock.Now().Add(backoff)
 		if h.state == renewing {
 			logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %s",
@@ -354,21 +355,4 @@ func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 		defer close(releasing)
 		rl.letGo(h.parent, h.id, h.lease, 0, true)
 	})
-}
-
-// retryBackoff is the wait before renewal attempt n+1 after n failures in a
-// row: interval/8, doubling, at most interval/2, and at least 1ms.
-func retryBackoff(interval time.Duration, failures int) time.Duration {
-	d := interval / 8
-	for i := 1; i < failures && d < interval/2; i++ {
-		d *= 2
-	}
-	return max(min(d, interval/2), time.Millisecond)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
