@@ -2,7 +2,7 @@ package redislock
 
 import (
 	"context"
-	"fmt"
+	"github.com/redislock/redislock/internal/store"
 	"time"
 )
 
@@ -18,13 +18,13 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
 	} else {
 		var reply any
-		if reply, err = rl.store.run(ctx, acquireScript, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
-			token, pttl, err = rl.parseAcquire(reply)
+		if reply, err = rl.store.Run(ctx, store.Acquire, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
+			token, pttl, err = store.ParseAcquire(reply, rl.fenced())
 		}
 	}
 	switch {
 	case err != nil:
-		if ambiguous(err) {
+		if store.Ambiguous(err) {
 			// The script may have run, its reply lost: the key may hold
 			// this attempt's id, which nobody else has; or it may run
 			// later. Give the id back, for good.
@@ -133,36 +133,12 @@ func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok
 	return true, ok, err
 }
 
-// parseAcquire reads the reply of acquire.lua: the fencing token (0 when
-// not fenced) of a taken lock, or -1 and the holder's PTTL.
-func (rl *RedisLock) parseAcquire(reply any) (token int64, pttl time.Duration, err error) {
-	fenced := rl.fenced()
-	switch v := reply.(type) {
-	case int64:
-		if v < -1 {
-			return 0, 0, fmt.Errorf("%w: PTTL %d", ErrUnexpectedReply, v)
-		}
-		return -1, time.Duration(v) * time.Millisecond, nil
-	case string:
-		if v == "OK" && !fenced {
-			return 0, 0, nil
-		}
-	case []any:
-		if len(v) == 2 && v[0] == "OK" && fenced {
-			if t, ok := v[1].(int64); ok && t > 0 {
-				return t, 0, nil
-			}
-		}
-	}
-	return 0, 0, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
-}
-
 // extend verifies that id owns the key and refreshes its lease. It reports
 // false, nil when the key does not hold id: a definite loss.
 func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	c := &call{script: extendScript, keys: rl.acquireKeys[:1], args: []any{id, lease.Milliseconds()}}
-	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
-	codes, err := renewalCodes(c, 1)
+	c := &store.Call{Script: store.Extend, Keys: rl.acquireKeys[:1], Args: []any{id, lease.Milliseconds()}}
+	c.Reply, c.Err = rl.store.Run(ctx, c.Script, c.Keys, c.Args...)
+	codes, err := store.RenewalCodes(c, 1)
 	if err != nil {
 		return false, err
 	}

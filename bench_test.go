@@ -530,11 +530,10 @@ func BenchmarkScheduler(b *testing.B) {
 	const lease = 3 * time.Second
 	clk := newFakeClock()
 	l := newLocker(acquiredStore{}, clk, nil, false)
-	l.store.single = true
 	var renewed atomic.Int64
-	l.store.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+	l.store.SetPipeline(func(ctx context.Context, fn func(redis.Pipeliner) error) error {
 		return fn(renewingPipe{renewed: &renewed})
-	}
+	})
 	for j := 0; j < locks; j++ {
 		if ok, err := l.NewLock(fmt.Sprint("held:", j), WithExpiry(lease)).Acquire(); !ok || err != nil {
 			b.Fatal(ok, err)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redislock/redislock/internal/store"
 )
 
 // Errors returned by this package; match them with errors.Is.
@@ -38,12 +40,12 @@ var (
 	// fencing counter holding something other than a decimal integer in
 	// [0, 2^53-1) (someone else wrote it, or it is used up): nothing was
 	// changed, and the lock was not taken.
-	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
+	ErrCorruptFencingCounter = store.ErrCorruptFencingCounter
 	// ErrNilFunc reports a nil function given to Do or Watch.
 	ErrNilFunc = errors.New("redislock: nil function")
 	// ErrUnexpectedReply reports a reply from Redis that none of our scripts
 	// gives: a nil, a wrong type, or an out-of-range number.
-	ErrUnexpectedReply = errors.New("redislock: unexpected reply from redis")
+	ErrUnexpectedReply = store.ErrUnexpectedReply
 	// ErrWrongType reports that a lock's key holds a value of another type
 	// than a string, which someone else wrote: it is no lock of ours, and
 	// Inspect cannot read it nor Break delete it.
@@ -58,48 +60,8 @@ var (
 	// server's error (errors.As finds a redis.Error). The call took no lock
 	// and changed nothing of anyone else's; see "When Redis refuses" in
 	// docs/reliability.md.
-	ErrRefused = errors.New("redislock: redis refused a command")
+	ErrRefused = store.ErrRefused
 )
-
-// refusal is an error reply of Redis, wrapped: ErrRefused, naming the
-// command and key that call.lua reports (or the script call itself).
-type refusal struct {
-	command, key string
-	err          error // the redis.Error
-}
-
-// refusalMark starts what call.lua appends to a refusal's text.
-const refusalMark = " [redislock: "
-
-// refused wraps err, an error reply of Redis to a script call.
-func refused(err error) error {
-	r := &refusal{command: "the script", err: err}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, refusalMark); i >= 0 && strings.HasSuffix(msg, "]") {
-		r.command, r.key, _ = strings.Cut(msg[i+len(refusalMark):len(msg)-1], " ")
-		r.err = serverError{err, msg[:i]}
-	}
-	return r
-}
-
-func (r *refusal) Error() string {
-	if r.key == "" {
-		return fmt.Sprintf("redis refused %s: %v", r.command, r.err)
-	}
-	return fmt.Sprintf("redis refused %s %q: %v", r.command, r.key, r.err)
-}
-
-func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.err} }
-
-// serverError is a redis.Error with call.lua's suffix taken off its text.
-type serverError struct {
-	err  error
-	text string
-}
-
-func (e serverError) Error() string { return e.text }
-func (e serverError) Unwrap() error { return e.err }
-func (e serverError) RedisError()   {}
 
 // opErr is err from operation op on key: "redislock: op "key": err",
 // with the "redislock: " of a sentinel error said once.

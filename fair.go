@@ -3,8 +3,7 @@ package redislock
 import (
 	"context"
 	"github.com/redislock/redislock/internal/clock"
-	"strconv"
-	"strings"
+	"github.com/redislock/redislock/internal/store"
 	"time"
 )
 
@@ -47,43 +46,11 @@ func (rl *RedisLock) fairKeys() []string {
 // taken; else -1, how long to wait before the next attempt, and the
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
-	reply, err := rl.store.run(ctx, fairAcquireScript, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
+	reply, err := rl.store.Run(ctx, store.FairAcquire, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if v, ok := reply.([]any); ok && len(v) == 2 {
-		wait, okWait := v[0].(int64)
-		seq, okSeq := v[1].(int64)
-		if okWait && okSeq && wait >= -1 && seq >= 0 {
-			return -1, time.Duration(wait) * time.Millisecond, seq, nil
-		}
-	}
-	token, wait, err = rl.parseAcquire(reply)
-	return token, wait, 0, err
-}
-
-// handoff is a release's message that handed the lock to a waiter.
-type handoff struct {
-	seq   int64         // the waiter's score in the queue
-	token int64         // its fencing token; 0 when not fenced
-	lease time.Duration // the lease it was given
-}
-
-// parseHandoff reads fair_release.lua's message "<id> <seq> <token>
-// <lease>"; ok is false for anything else (an empty message is a release
-// that handed nothing on).
-func parseHandoff(payload string) (id string, m handoff, ok bool) {
-	f := strings.Fields(payload)
-	if len(f) != 4 {
-		return "", handoff{}, false
-	}
-	seq, err1 := strconv.ParseFloat(f[1], 64)
-	token, err2 := strconv.ParseInt(f[2], 10, 64)
-	lease, err3 := strconv.ParseInt(f[3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || seq < 0 || seq >= 1<<53 || lease <= 0 {
-		return "", handoff{}, false
-	}
-	return f[0], handoff{seq: int64(seq), token: token, lease: time.Duration(lease) * time.Millisecond}, true
+	return store.ParseFairAcquire(reply, rl.fenced())
 }
 
 // A fairWaiter is a fair wait's place in the key's queue in Redis.
@@ -149,7 +116,7 @@ func (rl *RedisLock) endFairWait(ctx context.Context, fw *fairWaiter, turn bool)
 // m (when not nil) handed to fw, or makes an attempt that keeps fw queued.
 // It reports done when the wait is over, err saying how; otherwise, how
 // long to wait before the next attempt.
-func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
+func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *store.Handoff) (done bool, wait time.Duration, err error) {
 	if err := rl.lockOp(ctx); err != nil {
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -162,8 +129,8 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *h
 	// A handoff counts if it is of fw's latest place in the queue, and the
 	// lease it gave is still ahead by our accounting: the key was set
 	// after the latest round trip that found fw waiting was sent.
-	if m != nil && m.seq == fw.seq && rl.clock.Now().Before(fw.until) {
-		return true, 0, rl.takeOver(holding, fw, m.token, fw.until)
+	if m != nil && m.Seq == fw.seq && rl.clock.Now().Before(fw.until) {
+		return true, 0, rl.takeOver(holding, fw, m.Token, fw.until)
 	}
 	sent := rl.clock.Now()
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)

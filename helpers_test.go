@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,23 @@ func waitGiveBacks(rls ...*RedisLock) {
 		rl.locker.wg.Wait()
 	}
 }
+
+// The scripts as the Scripter sees them, and their texts.
+var (
+	acquireScript     = store.Acquire.Script
+	extendScript      = store.Extend.Script
+	releaseScript     = store.Release.Script
+	fairAcquireScript = store.FairAcquire.Script
+	fairReleaseScript = store.FairRelease.Script
+	breakScript       = store.Break.Script
+	sources           = func() map[*redis.Script]string {
+		all := map[*redis.Script]string{}
+		for _, s := range store.All() {
+			all[s.Script] = s.Source()
+		}
+		return all
+	}()
+)
 
 // goZeroInitGoroutines are started by go-zero's package init functions and
 // live as long as the process: they are not ours to stop.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"maps"
 	"reflect"
 	"slices"
@@ -24,7 +25,7 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 // use. The locks of NewRedisLock share their store's default Locker, which
 // lives as long as the process and is never closed.
 type Locker struct {
-	store    *store
+	store    *store.Store
 	opts     []Option
 	clock    clock.Clock
 	renewals renewals           // its scheduler: renewals, lease deadlines, maximum holds
@@ -63,8 +64,8 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 	return newLocker(store, o.clock, opts, false)
 }
 
-func newLocker(store Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
-	l := &Locker{store: newStore(store), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
+func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
+	l := &Locker{store: store.New(s), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
 		holds: map[*hold]bool{}, hubs: map[any]*hub{}}
 	l.closing, l.shut = context.WithCancel(context.Background())
 	l.renewals.locker = l
@@ -79,18 +80,18 @@ var defaultLockers sync.Map
 // client, for FromGoRedis) for the life of the process on the real clock,
 // one per lock on another clock (a test's) or for a store that cannot be a
 // map key.
-func defaultLocker(store Scripter, c clock.Clock) *Locker {
-	key := any(store)
-	if g, ok := store.(goRedis); ok {
-		key = g.c // a pointer, as a rule: no walk through a struct
+func defaultLocker(s Scripter, c clock.Clock) *Locker {
+	key := any(s)
+	if client, ok := store.Client(s); ok {
+		key = client // a pointer, as a rule: no walk through a struct
 	}
-	if _, real := c.(clock.Real); !real || isNil(store) || !reflect.ValueOf(key).Comparable() {
-		return newLocker(store, c, nil, true)
+	if _, real := c.(clock.Real); !real || store.IsNil(s) || !reflect.ValueOf(key).Comparable() {
+		return newLocker(s, c, nil, true)
 	}
 	if v, ok := defaultLockers.Load(key); ok {
 		return v.(*Locker)
 	}
-	v, _ := defaultLockers.LoadOrStore(key, newLocker(store, c, nil, true))
+	v, _ := defaultLockers.LoadOrStore(key, newLocker(s, c, nil, true))
 	return v.(*Locker)
 }
 
@@ -196,19 +197,19 @@ func (l *Locker) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), selfReleaseTimeout) // for them all
 	defer cancel()
-	calls := make([]*call, 0, len(held))
+	calls := make([]*store.Call, 0, len(held))
 	for h := range held {
 		calls = append(calls, h.rl.releaseCall(ctx, h.id, 0))
 	}
-	l.store.runAll(ctx, calls, func(done []*call) {
+	l.store.RunAll(ctx, calls, func(done []*store.Call) {
 		for _, c := range done {
 			// A renewal under way is owner-checked: it cannot bring back or
 			// extend the key this deletes, so it is not waited for.
 			switch deleted, err := l.releaseResult(c); {
 			case err != nil:
-				l.failed(opErr("release", c.tag.(*RedisLock).key, err))
+				l.failed(opErr("release", c.Tag.(*RedisLock).key, err))
 			case !deleted: // a loss, learnt only now
-				l.failed(c.tag.(*RedisLock).lostErr("Close's release found the key gone or taken"))
+				l.failed(c.Tag.(*RedisLock).lostErr("Close's release found the key gone or taken"))
 			}
 		}
 	})

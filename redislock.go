@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,7 @@ import (
 // it ended); until then Acquire fails with the same error, so a lost lock is
 // never re-taken behind the back of code that believes it still holds it.
 type RedisLock struct {
-	store       *store // its Locker's
+	store       *store.Store // its Locker's
 	key         string
 	acquireKeys []string // key, abandoned attempts[, fencing counter]
 	releaseKeys []string // key, "" for the release marker[, queue, waiters, fencing counter]
@@ -111,7 +112,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		rl.fairTurn = make(chan struct{}, 1)
 	}
 	switch {
-	case isNil(s):
+	case store.IsNil(s):
 		rl.err = ErrNilStore
 	case name == "":
 		rl.err = ErrEmptyKey
@@ -127,7 +128,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	}
 	rl.locker, rl.clock, rl.store = locker, locker.clock, locker.store
 	if !o.pubsubSet {
-		rl.pubsub = rl.store.sub // wake-ups through the same client, if it has pub/sub
+		rl.pubsub = rl.store.Sub // wake-ups through the same client, if it has pub/sub
 	}
 	rl.expiry.Store(int64(o.expiry))
 	return rl
@@ -294,20 +295,21 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if h == nil {
 		return 0, ErrNotHeld
 	}
-	reply, err := rl.store.runRead(ctx, ttlScript, rl.acquireKeys[:1], h.id)
-	ms, ok := reply.(int64)
+	reply, err := rl.store.Run(ctx, store.TTL, rl.acquireKeys[:1], h.id)
+	if err != nil {
+		return 0, opErr("ttl", rl.key, err)
+	}
+	left, ours, err := store.ParseTTL(reply)
 	switch {
 	case err != nil:
 		return 0, opErr("ttl", rl.key, err)
-	case !ok || ms < -2:
-		return 0, opErr("ttl", rl.key, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply))
-	case ms == -2:
+	case !ours:
 		rl.mu.Lock()
 		err := rl.endLocked(h, rl.lostErr("the key is gone or taken"))
 		rl.mu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	return leaseLeft(ms), nil // -1: no expiry
+	return left, nil // -1: no expiry
 }
 
 // Token returns the fencing token of the live hold (see WithFencing): 0 when

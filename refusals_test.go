@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redislock/redislock/internal/store"
 	"os"
 	"path/filepath"
 	"slices"
@@ -126,13 +127,13 @@ func aclUser(t *testing.T, srv *redisserver.Server, name string, rules ...string
 // refusedBy checks that err is a refusal naming command.
 func refusedBy(t *testing.T, what string, err error, command string) {
 	t.Helper()
-	var r *refusal
+	var r *store.Refusal
 	switch {
 	case strings.HasPrefix(what, "go-zero") && errors.Is(err, breaker.ErrServiceUnavailable):
 		return // go-zero's breaker, open after the refusals before: no call was sent
 	case !errors.Is(err, ErrRefused) || !errors.As(err, &r):
 		t.Errorf("%s: %v; want an error matching ErrRefused", what, err)
-	case command != "" && !strings.EqualFold(r.command, command):
+	case command != "" && !strings.EqualFold(r.Command, command):
 		t.Errorf("%s: %v; want it to name %s", what, err, command)
 	case !strings.Contains(err.Error(), command):
 		t.Errorf("%s: %q does not name %s", what, err, command)
@@ -334,7 +335,7 @@ func TestRefusedSubscriptionPacesByRetries(t *testing.T) {
 // in which other owners hold things.
 type scriptCase struct {
 	name     string
-	script   *redis.Script
+	script   *store.Script
 	setup    map[string]string // lock key values, with a lease of a minute
 	keys     []string
 	args     []any
@@ -348,39 +349,39 @@ func scriptCases() []scriptCase {
 	k, ab, fence, queue, waiters := "s", relatedName("s", "abandoned"), relatedName("s", "fence"), relatedName("s", "queue"), relatedName("s", "waiters")
 	marker, broken := relatedName("s", "release:me"), relatedName("s", "broken")
 	return []scriptCase{
-		{"acquire, free", acquireScript, nil, []string{k, ab}, []any{"me", 10000},
+		{"acquire, free", store.Acquire, nil, []string{k, ab}, []any{"me", 10000},
 			[]string{"SET", "SISMEMBER"}, nil, true, false},
-		{"acquire, free, fenced", acquireScript, nil, []string{k, ab, fence}, []any{"me", 10000},
+		{"acquire, free, fenced", store.Acquire, nil, []string{k, ab, fence}, []any{"me", 10000},
 			[]string{"SET", "SISMEMBER", "TIME", "GET"}, nil, true, false},
-		{"acquire, held", acquireScript, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000},
+		{"acquire, held", store.Acquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000},
 			[]string{"SET", "PTTL"}, nil, true, false},
-		{"acquire, retried", acquireScript, map[string]string{k: "me"}, []string{k, ab, fence}, []any{"me", 10000},
+		{"acquire, retried", store.Acquire, map[string]string{k: "me"}, []string{k, ab, fence}, []any{"me", 10000},
 			[]string{"SET", "PEXPIRE", "GET"}, nil, true, false},
-		{"extend, own", extendScript, map[string]string{k: "me"}, []string{k}, []any{"me", 10000},
+		{"extend, own", store.Extend, map[string]string{k: "me"}, []string{k}, []any{"me", 10000},
 			[]string{"GET", "PEXPIRE"}, nil, true, false},
-		{"extend, another's", extendScript, map[string]string{k: "other"}, []string{k}, []any{"me", 10000},
+		{"extend, another's", store.Extend, map[string]string{k: "other"}, []string{k}, []any{"me", 10000},
 			[]string{"GET"}, nil, false, false},
-		{"release, own", releaseScript, map[string]string{k: "me"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, own", store.Release, map[string]string{k: "me"}, []string{k, marker}, []any{"me", "ch"},
 			[]string{"GET", "DEL", "SET", "PUBLISH"}, []string{"SET", "PUBLISH"}, true, false},
-		{"release, another's", releaseScript, map[string]string{k: "other"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, another's", store.Release, map[string]string{k: "other"}, []string{k, marker}, []any{"me", "ch"},
 			[]string{"GET", "EXISTS"}, nil, false, false},
-		{"release, given up", releaseScript, map[string]string{k: "other"}, []string{k, marker, ab}, []any{"me", "ch", 60000},
+		{"release, given up", store.Release, map[string]string{k: "other"}, []string{k, marker, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "GET", "EXISTS"}, nil, true, false},
-		{"fair acquire, join", fairAcquireScript, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
+		{"fair acquire, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "PTTL", "ZRANGE", "ZADD", "HSET", "PEXPIRE"}, nil, true, false},
-		{"fair acquire, free", fairAcquireScript, nil, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000},
+		{"fair acquire, free", store.FairAcquire, nil, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "ZRANGE", "SET", "ZADD", "ZREM", "HSET", "HDEL", "PEXPIRE"}, nil, true, true},
-		{"fair release, handoff", fairReleaseScript, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, handoff", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
 			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "PUBLISH"}, []string{"PUBLISH"}, true, false},
-		{"fair release, alone", fairReleaseScript, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
 			[]string{"GET", "TIME", "ZRANGE", "DEL", "PUBLISH"}, []string{"PUBLISH"}, true, true},
-		{"fair release, given up", fairReleaseScript, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
+		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "EXISTS", "TIME"}, nil, true, false},
-		{"ttl", ttlScript, map[string]string{k: "me"}, []string{k}, []any{"me"},
+		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k}, []any{"me"},
 			[]string{"GET", "PTTL"}, nil, false, false},
-		{"inspect", inspectScript, map[string]string{k: "other"}, []string{k, fence, queue, waiters}, nil,
+		{"inspect", store.Inspect, map[string]string{k: "other"}, []string{k, fence, queue, waiters}, nil,
 			[]string{"TYPE", "GET", "TIME", "ZRANGE", "HGET", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
-		{"break", breakScript, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
+		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 	}
 }
@@ -448,7 +449,7 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 			setup(c)
 			before := others()
 			user, _ := aclUser(t, srv, "u", "-"+strings.ToLower(command))
-			_, err := newStore(FromGoRedis(user)).run(ctx, c.script, c.keys, c.args...)
+			_, err := store.New(FromGoRedis(user)).Run(ctx, c.script, c.keys, c.args...)
 			runs++
 			what := fmt.Sprintf("%s, -%s", c.name, command)
 			if slices.Contains(c.optional, command) {
@@ -468,10 +469,10 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 			var err error
 			if kind.name == "READONLY" { // a replica all along: quicker than a demotion each time
 				must(t, admin.Do(ctx, "WAIT", 1, 0).Err())
-				_, err = newStore(FromGoRedis(replica)).run(ctx, c.script, c.keys, c.args...)
+				_, err = store.New(FromGoRedis(replica)).Run(ctx, c.script, c.keys, c.args...)
 			} else {
 				kind.set(t, srv)
-				_, err = newStore(FromGoRedis(srv.Client(t))).run(ctx, c.script, c.keys, c.args...)
+				_, err = store.New(FromGoRedis(srv.Client(t))).Run(ctx, c.script, c.keys, c.args...)
 				kind.undo(t, srv)
 			}
 			runs++
@@ -533,9 +534,9 @@ func refusalRound(t *testing.T, stores map[string]Scripter, inject func(), truth
 	inject()
 	bad := func(what string, err error) {
 		var e redis.Error
-		var r *refusal
+		var r *store.Refusal
 		switch {
-		case code == "" && errors.As(err, &r) && errors.As(err, &e) && r.key != "": // names the command
+		case code == "" && errors.As(err, &r) && errors.As(err, &e) && r.Key != "": // names the command
 			refusals++
 		case code != "" && errors.Is(err, ErrRefused) && errors.As(err, &e) && strings.Contains(err.Error(), code):
 			refusals++

@@ -2,8 +2,8 @@ package redislock
 
 import (
 	"context"
-	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"slices"
 	"strings"
 	"time"
@@ -71,25 +71,25 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 // for that long, and a late run of it will not take the lock.
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
 	c := rl.releaseCall(ctx, id, abandon)
-	c.reply, c.err = rl.store.run(ctx, c.script, c.keys, c.args...)
+	c.Reply, c.Err = rl.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	deleted, err := rl.locker.releaseResult(c)
 	if deleted { // no message tells the waiters without pub/sub
-		handoff, _ := c.reply.(string)
+		handoff, _ := c.Reply.(string)
 		rl.locker.releasedHere(rl.channel, strings.TrimPrefix(handoff, "!"))
 	}
 	return deleted, err
 }
 
 // releaseCall returns release's script call, tagged with rl.
-func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *call {
-	c := &call{ctx: ctx, script: releaseScript, keys: slices.Clone(rl.releaseKeys), args: []any{id, rl.channel}, tag: rl}
-	c.keys[1] = rl.markers + id // this release's marker
+func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *store.Call {
+	c := &store.Call{Ctx: ctx, Script: store.Release, Keys: slices.Clone(rl.releaseKeys), Args: []any{id, rl.channel}, Tag: rl}
+	c.Keys[1] = rl.markers + id // this release's marker
 	if rl.fair() {
-		c.script = fairReleaseScript // hands the lock to the next live waiter
+		c.Script = store.FairRelease // hands the lock to the next live waiter
 	}
 	if abandon > 0 {
-		c.keys = append(c.keys, rl.acquireKeys[1])
-		c.args = append(c.args, abandon.Milliseconds())
+		c.Keys = append(c.Keys, rl.acquireKeys[1])
+		c.Args = append(c.Args, abandon.Milliseconds())
 	}
 	return c
 }
@@ -97,27 +97,12 @@ func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Du
 // releaseResult reads the reply of a release call, of a lock of l: a fair
 // release's handoff message is a release. A release whose wake-up Redis
 // refused is one all the same, logged once per key.
-func (l *Locker) releaseResult(c *call) (bool, error) {
-	if c.err != nil {
-		return false, c.err
+func (l *Locker) releaseResult(c *store.Call) (bool, error) {
+	code, err := store.ReleaseCode(c)
+	if code == 3 {
+		l.wakeupRefused(c.Keys[0])
 	}
-	n, ok := c.reply.(int64)
-	if m, isMsg := c.reply.(string); isMsg && c.script == fairReleaseScript {
-		unheard, refused := strings.CutPrefix(m, "!")
-		if _, _, handoff := parseHandoff(unheard); handoff {
-			n, ok = 1, true
-			if refused {
-				n = 3
-			}
-		}
-	}
-	switch {
-	case !ok || n < 0 || n > 3:
-		return false, fmt.Errorf("%w: %T %.64v where 0, 1, 2 or 3 was due", ErrUnexpectedReply, c.reply, c.reply)
-	case n == 3:
-		l.wakeupRefused(c.keys[0])
-	}
-	return n != 0, nil
+	return code != 0, err
 }
 
 // wakeupRefused logs, once per key, that Redis refused to publish a
@@ -189,7 +174,7 @@ func (rl *RedisLock) tryLetGo(ctx context.Context, id string, abandon time.Durat
 	ctx, cancel := context.WithTimeout(ctx, selfReleaseTimeout)
 	defer cancel()
 	_, err := rl.release(ctx, id, abandon)
-	if err != nil && !ambiguous(err) {
+	if err != nil && !store.Ambiguous(err) {
 		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io/fs"
+	"github.com/redislock/redislock/internal/store"
 	"net"
 	"regexp"
 	"strconv"
@@ -53,13 +53,7 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 
 // scriptSources returns every embedded script by its file name.
 func scriptSources() map[string]string {
-	files, _ := fs.Glob(lua, "*.lua")
-	all := map[string]string{}
-	for _, f := range files {
-		b, _ := lua.ReadFile(f)
-		all[f] = string(b)
-	}
-	return all
+	return store.Files()
 }
 
 // TestReleaseLeavesNothingPastTheRetryWindow: whatever the lease, a

@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
+	"github.com/redislock/redislock/internal/store"
 	"strings"
 	"time"
 
@@ -62,28 +61,20 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
-	reply, err := rl.store.runRead(ctx, inspectScript, keys)
+	reply, err := rl.store.Run(ctx, store.Inspect, keys)
 	if err != nil {
 		return Status{}, err
 	}
-	v, ok := reply.([]any)
-	if !ok || len(v) != 6 {
-		return Status{}, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply)
+	in, err := store.ParseInspect(reply)
+	if err != nil {
+		return Status{}, err
 	}
-	kind, ok1 := v[0].(string)
-	owner, ok2 := v[1].(string)
-	pttl, ok3 := v[2].(int64)
-	counter, ok4 := v[3].(string)
-	waiters, ok5 := v[4].(int64)
-	expires, ok6 := v[5].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || pttl < -2 || waiters < 0 {
-		return Status{}, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v)
-	}
+	kind, owner, pttl, counter, waiters, expires := in.Kind, in.Owner, in.PTTL, in.Counter, in.Waiters, in.Expires
 	st := Status{Key: rl.key, Waiters: int(waiters)}
 	switch kind {
 	case "none":
 	case "string":
-		st.Held, st.Owner, st.TTL = true, owner, leaseLeft(pttl)
+		st.Held, st.Owner, st.TTL = true, owner, store.LeaseLeft(pttl)
 		if expires >= 0 {
 			st.Expires = time.UnixMilli(expires)
 		}
@@ -92,7 +83,7 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	}
 	if counter != "" {
 		value, isString := strings.CutPrefix(counter, "=")
-		n, ok := parseCounter(value)
+		n, ok := store.ParseCounter(value)
 		if !ok || !isString {
 			// The rest of st stands: Break needs it.
 			return st, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
@@ -100,29 +91,6 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 		st.Fence = n
 	}
 	return st, nil
-}
-
-// parseCounter reads a fencing counter as acquire.lua writes it: decimal
-// digits only, at most 2^53-1 (the last token, after which acquisitions
-// refuse the counter as used up).
-func parseCounter(s string) (int64, bool) {
-	if s == "" || len(s) > 16 || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n <= 1<<53-1
-}
-
-// leaseLeft converts a PTTL reply of a key that exists: -1 when it has no
-// expiry, and at most the longest Duration (292 years).
-func leaseLeft(pttl int64) time.Duration {
-	switch {
-	case pttl < 0:
-		return -1 // no expiry; -2 (gone just now) cannot follow a GET
-	case pttl > math.MaxInt64/int64(time.Millisecond):
-		return math.MaxInt64
-	}
-	return time.Duration(pttl) * time.Millisecond
 }
 
 // Break deletes the lock's key on an operator's word, whoever holds it, or
@@ -154,26 +122,20 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		return st, nil // nothing to break
 	}
 	keys := []string{rl.key, relatedName(rl.key, "broken")}
-	reply, err := rl.store.run(ctx, breakScript, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
+	reply, err := rl.store.Run(ctx, store.Break, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
 	if err != nil {
 		return Status{}, opErr("break", rl.key, err)
 	}
-	v, ok := reply.([]any)
-	if !ok || len(v) != 3 {
-		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %T %.64v", ErrUnexpectedReply, reply, reply))
-	}
-	broken, ok1 := v[0].(int64)
-	was, ok2 := v[1].(string)
-	pttl, ok3 := v[2].(int64)
-	if !ok1 || !ok2 || !ok3 || broken < -1 || broken > 3 || pttl < -2 {
-		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: %.64v", ErrUnexpectedReply, v))
+	broken, was, pttl, err := store.ParseBreak(reply)
+	if err != nil {
+		return Status{}, opErr("break", rl.key, err)
 	}
 	if st.Owner != was || !st.Held { // the lock changed hands since inspect read it
 		st.Expires = time.Time{}
 	}
 	st.Held, st.Owner, st.TTL = pttl != -2, was, 0
 	if st.Held {
-		st.TTL = leaseLeft(pttl)
+		st.TTL = store.LeaseLeft(pttl)
 	}
 	switch {
 	case broken == 3: // broken, and nobody woken
@@ -209,7 +171,7 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 		poll = time.Second
 	}
 	var released <-chan *redis.Message
-	if !isNil(rl.pubsub) {
+	if !store.IsNil(rl.pubsub) {
 		if ps := rl.pubsub.Subscribe(ctx, rl.channel); ps != nil {
 			defer ps.Close()
 			// Subscribed before the first read: no release falls between.

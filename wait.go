@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"time"
 )
 
@@ -235,7 +236,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 // it there, or the takeover of m, a handoff to fw. It reports done when the
 // wait is over, err saying how; otherwise how long the holder's lease has
 // left, and any error.
-func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *handoff) (done bool, wait time.Duration, err error) {
+func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *store.Handoff) (done bool, wait time.Duration, err error) {
 	if fw == nil {
 		ok, pttl, err := rl.acquireCtx(ctx, holding)
 		return ok, pttl, err

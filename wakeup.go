@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"reflect"
 	"slices"
 	"sync"
@@ -28,7 +29,7 @@ type Subscriber interface {
 func WithPubSub(s Subscriber) Option {
 	return func(o *options) {
 		o.pubsub, o.pubsubSet = s, true
-		if isNil(s) {
+		if store.IsNil(s) {
 			o.pubsub = nil
 		}
 	}
@@ -101,9 +102,9 @@ type waiter struct {
 
 // news is what a waiter was told since it last looked.
 type news struct {
-	attempt bool          // attempt now: a release was published, or the head left
-	holder  time.Duration // another waiter took the lock with this lease: a waiter of ours, or of a fair lock's queue
-	handoff *handoff      // a fair waiter's: a release handed it the lock
+	attempt bool           // attempt now: a release was published, or the head left
+	holder  time.Duration  // another waiter took the lock with this lease: a waiter of ours, or of a fair lock's queue
+	handoff *store.Handoff // a fair waiter's: a release handed it the lock
 }
 
 // hubKey returns the key of rl's hub in its Locker: the Subscriber itself
@@ -368,7 +369,7 @@ func (h *hub) released(name, payload string) {
 	if c == nil {
 		return
 	}
-	id, m, ok := parseHandoff(payload)
+	id, m, ok := store.ParseHandoff(payload)
 	if !ok {
 		c.wakeHeads()
 		return
@@ -377,10 +378,10 @@ func (h *hub) released(name, payload string) {
 		switch {
 		case w.id == id:
 			w.give(news{handoff: &m})
-		case w.attemptAt.IsZero() || h.locker.clock.Now().Add(m.lease).Before(w.attemptAt):
+		case w.attemptAt.IsZero() || h.locker.clock.Now().Add(m.Lease).Before(w.attemptAt):
 			// Woken only if the new holder's key, unreleased, would
 			// expire before the waiter's next attempt.
-			w.give(news{holder: m.lease})
+			w.give(news{holder: m.Lease})
 		}
 	}
 }

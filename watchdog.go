@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 	"sync"
 	"time"
 
@@ -210,10 +211,10 @@ func (rl *RedisLock) dueLocked(h *hold, now time.Time, inFlight chan struct{}) (
 func renewBatch(holds []*hold, sent time.Time) {
 	st := holds[0].rl.store
 	group := 1
-	if st.single {
+	if st.Single {
 		group = perScript
 	}
-	var calls []*call
+	var calls []*store.Call
 	var tags [][]*hold // each call's holds
 	var longest time.Duration
 	for i, h := range holds {
@@ -225,38 +226,38 @@ func renewBatch(holds []*hold, sent time.Time) {
 			h.renewArgs = [2]any{h.id, h.lease.Milliseconds()}
 		}
 		ctx := h.parent // a call of its own (no pipelines) is bounded by its lease deadline too
-		if st.pipe == nil {
+		if !st.Pipelined() {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, left)
 			defer cancel()
 		}
-		if last := len(calls) - 1; last >= 0 && len(calls[last].keys) < group {
+		if last := len(calls) - 1; last >= 0 && len(calls[last].Keys) < group {
 			c := calls[last]
-			c.keys = append(c.keys, h.rl.key)
-			c.args = append(c.args, h.renewArgs[:]...)
+			c.Keys = append(c.Keys, h.rl.key)
+			c.Args = append(c.Args, h.renewArgs[:]...)
 			tags[last] = append(tags[last], h)
 			continue
 		}
 		n := min(group, len(holds)-i) // sized once: no growing over 100 keys
-		calls = append(calls, &call{ctx: ctx, script: extendScript, keys: append(make([]string, 0, n), h.rl.key),
-			args: append(make([]any, 0, 2*n), h.renewArgs[:]...)})
+		calls = append(calls, &store.Call{Ctx: ctx, Script: store.Extend, Keys: append(make([]string, 0, n), h.rl.key),
+			Args: append(make([]any, 0, 2*n), h.renewArgs[:]...)})
 		tags = append(tags, append(make([]*hold, 0, n), h))
 	}
 	for i, c := range calls {
-		c.tag = tags[i]
+		c.Tag = tags[i]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
 	defer cancel()
-	st.runAll(ctx, calls, func(done []*call) { recordRenewals(done, sent) })
+	st.RunAll(ctx, calls, func(done []*store.Call) { recordRenewals(done, sent) })
 }
 
 // recordRenewals records the replies of calls, the renewals of the holds
 // each is tagged with, sent at sent.
-func recordRenewals(calls []*call, sent time.Time) {
+func recordRenewals(calls []*store.Call, sent time.Time) {
 	var renewed, lost, failed float64
 	for _, c := range calls {
-		holds := c.tag.([]*hold)
-		codes, err := renewalCodes(c, len(holds))
+		holds := c.Tag.([]*hold)
+		codes, err := store.RenewalCodes(c, len(holds))
 		for j, h := range holds {
 			switch {
 			case err != nil:
@@ -283,27 +284,6 @@ func recordRenewals(calls []*call, sent time.Time) {
 // perScript caps the keys one extend.lua call renews: a call over 100 keys
 // keeps the server busy for about a tenth of a millisecond.
 const perScript = 100
-
-// renewalCodes reads the reply of a renewal call of n holds: n codes, each
-// 0 or 1, all 0 with an error.
-func renewalCodes(c *call, n int) ([]int64, error) {
-	codes := make([]int64, n)
-	if c.err != nil {
-		return codes, c.err
-	}
-	values, ok := c.reply.([]any)
-	if !ok || len(values) != n {
-		return codes, fmt.Errorf("%w: %T %.64v where %d codes were due", ErrUnexpectedReply, c.reply, c.reply, n)
-	}
-	for i := range codes {
-		code, isInt := values[i].(int64)
-		if !isInt || code < 0 || code > 1 {
-			return make([]int64, n), fmt.Errorf("%w: %.64v where 0 or 1 was due", ErrUnexpectedReply, values[i])
-		}
-		codes[i] = code
-	}
-	return codes, nil
-}
 
 // renewed records the reply to a renewal of h sent at sent (its batch
 // counts the metrics). It reports true when the renewal must be undone:

@@ -1,0 +1,78 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of Redis replies; the root package exports them under the same
+// names, with their documentation.
+var (
+	ErrUnexpectedReply       = errors.New("redislock: unexpected reply from redis")
+	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
+	ErrRefused               = errors.New("redislock: redis refused a command")
+)
+
+// corruptCounterReply starts the error a script replies when a fencing
+// counter holds something other than a number (see fence.lua).
+const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER "
+
+// refusalMark starts what call.lua appends to a refusal's text.
+const refusalMark = " [redislock: "
+
+// checkReply turns what a script call returned into our reply and error:
+// a nil reply is ErrUnexpectedReply, and an error reply of Redis a
+// Refusal.
+func checkReply(reply any, err error) (any, error) {
+	var e redis.Error
+	switch {
+	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
+		_, counter, _ := strings.Cut(err.Error(), corruptCounterReply)
+		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, counter)
+	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
+		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
+	case errors.As(err, &e):
+		return nil, refused(err)
+	}
+	return reply, err
+}
+
+// A Refusal is an error reply of Redis to a script call: ErrRefused,
+// naming the command and key that call.lua reports (or the script call
+// itself), and wrapping the server's error.
+type Refusal struct {
+	Command, Key string
+	err          error // a redis.Error
+}
+
+func refused(err error) error {
+	r := &Refusal{Command: "the script", err: err}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, refusalMark); i >= 0 && strings.HasSuffix(msg, "]") {
+		r.Command, r.Key, _ = strings.Cut(msg[i+len(refusalMark):len(msg)-1], " ")
+		r.err = serverError{err, msg[:i]}
+	}
+	return r
+}
+
+func (r *Refusal) Error() string {
+	if r.Key == "" {
+		return fmt.Sprintf("redis refused %s: %v", r.Command, r.err)
+	}
+	return fmt.Sprintf("redis refused %s %q: %v", r.Command, r.Key, r.err)
+}
+
+func (r *Refusal) Unwrap() []error { return []error{ErrRefused, r.err} }
+
+// serverError is a redis.Error with call.lua's suffix taken off its text.
+type serverError struct {
+	err  error
+	text string
+}
+
+func (e serverError) Error() string { return e.text }
+func (e serverError) Unwrap() error { return e.err }
+func (e serverError) RedisError()   {}

@@ -1,0 +1,275 @@
+// Package store is what the locks use of a Redis client: the Lua scripts
+// and their replies, one way to run a script (EVALSHA with the EVAL
+// fallback, EVAL alone for go-zero's store, EVALSHA_RO for a script that
+// only reads), batches of calls in one pipeline per server, and the errors
+// Redis gives. It knows nothing of locks.
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/breaker"
+)
+
+// Scripter runs a Lua script on Redis, as the root package's Scripter.
+type Scripter interface {
+	ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error)
+}
+
+// Evaler runs a script with EVAL, as the root package's Evaler.
+type Evaler interface {
+	EvalCtx(ctx context.Context, script string, keys []string, args ...any) (any, error)
+}
+
+// Subscriber gives the pub/sub of a client, as the root package's.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// GoRedis adapts a go-redis v9 client to Scripter; nil for a nil client.
+func GoRedis(c redis.Scripter) Scripter {
+	if IsNil(c) {
+		return nil
+	}
+	return goRedis{c: c}
+}
+
+type goRedis struct{ c redis.Scripter }
+
+func (g goRedis) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return script.Run(ctx, g.c, keys, args...).Result()
+}
+
+// Client returns the go-redis client that s adapts, if it adapts one.
+func Client(s Scripter) (redis.Scripter, bool) {
+	g, ok := s.(goRedis)
+	return g.c, ok
+}
+
+// Store is a client as the locks use it.
+type Store struct {
+	Scripter
+	evaler Evaler                                                   // go-zero's: EVAL, never a NOSCRIPT for its breaker
+	pipe   func(context.Context, func(redis.Pipeliner) error) error // nil: no pipelines
+	server func(ctx context.Context, key string) string             // nil: one server, or hidden
+	// Single is set when every key is on one primary: a script may touch
+	// many locks' keys.
+	Single bool
+	// Sub is the client's pub/sub; nil for go-zero's store.
+	Sub Subscriber
+	// readOnly runs a script with EVALSHA_RO (Redis 7.0+), which a replica
+	// and CLIENT PAUSE WRITE let through; nil when the client cannot, or
+	// the server said it does not know it.
+	readOnly atomic.Pointer[func(context.Context, *redis.Script, []string, ...any) *redis.Cmd]
+}
+
+// New returns the Store of s (nothing but s for a nil one).
+func New(s Scripter) *Store {
+	st := &Store{Scripter: s}
+	if IsNil(s) {
+		return st
+	}
+	st.evaler, _ = s.(Evaler)
+	type goRedisPipelines interface {
+		Pipelined(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	}
+	type goZeroPipelines interface {
+		PipelinedCtx(context.Context, func(redis.Pipeliner) error) error
+	}
+	addr := func(c *redis.Client, err error) string {
+		if err != nil {
+			return ""
+		}
+		return c.Options().Addr
+	}
+	switch s := s.(type) {
+	case goRedis:
+		st.Sub, _ = s.c.(Subscriber)
+		ro := func(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+			return script.RunRO(ctx, s.c, keys, args...)
+		}
+		st.readOnly.Store(&ro)
+		if p, ok := s.c.(goRedisPipelines); ok {
+			st.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+				_, err := p.Pipelined(ctx, fn)
+				return err
+			}
+		}
+		switch c := s.c.(type) {
+		case *redis.Client:
+			st.Single = true
+		case *redis.ClusterClient:
+			st.server = func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
+		case *redis.Ring:
+			st.server = func(_ context.Context, key string) string { return addr(c.GetShardClientForKey(key)) }
+		}
+	case goZeroPipelines:
+		st.pipe = s.PipelinedCtx
+	}
+	return st
+}
+
+// SetPipeline makes st send batches through pipe, as if every key were on
+// one primary (for benchmarks of the batches).
+func (st *Store) SetPipeline(pipe func(context.Context, func(redis.Pipeliner) error) error) {
+	st.pipe, st.Single = pipe, true
+}
+
+// Pipelined reports whether st sends batches in pipelines.
+func (st *Store) Pipelined() bool { return st.pipe != nil }
+
+// Run runs script on keys. Its reply is never nil: a nil reply (none of
+// our scripts gives one) is ErrUnexpectedReply, so redis.Nil never reaches
+// a caller; an error reply of Redis is a refusal (ErrRefused).
+func (st *Store) Run(ctx context.Context, script *Script, keys []string, args ...any) (any, error) {
+	if ro := st.readOnly.Load(); script.readOnly && ro != nil && st.evaler == nil {
+		reply, err := (*ro)(ctx, script.Script, keys, args...).Result()
+		var e redis.Error
+		if !errors.As(err, &e) || !noReadOnly(e) {
+			return checkReply(reply, err)
+		}
+		st.readOnly.Store(nil)
+	}
+	var reply any
+	var err error
+	if st.evaler != nil {
+		reply, err = st.evaler.EvalCtx(ctx, script.src, keys, args...)
+	} else {
+		reply, err = st.ScriptRunCtx(ctx, script.Script, keys, args...)
+	}
+	return checkReply(reply, err)
+}
+
+// noReadOnly reports an error of a server that will not run our
+// read-only scripts: one before Redis 7.0, or one that refuses TIME there
+// (miniredis).
+func noReadOnly(e redis.Error) bool {
+	msg := strings.ToLower(e.Error())
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "read-only script")
+}
+
+// A Call is one script call of a batch, and once run, its result.
+type Call struct {
+	Ctx    context.Context // bounds it when it goes alone (no pipelines)
+	Script *Script
+	Keys   []string
+	Args   []any
+	Tag    any // the caller's
+	Reply  any
+	Err    error
+}
+
+// RunAll runs calls within ctx, and hands each group of them to done as
+// soon as its results are in: in one pipeline per server, all at once, so
+// that a slow server holds up its own calls only, with EVALSHA and then
+// EVAL for those that got NOSCRIPT (EVAL alone for go-zero); without
+// pipelines, one call after another, each within its own Ctx too. It
+// returns when every group is done.
+func (st *Store) RunAll(ctx context.Context, calls []*Call, done func([]*Call)) {
+	if st.pipe == nil {
+		for _, c := range calls {
+			cctx, cancel := context.WithCancel(c.Ctx)
+			stop := context.AfterFunc(ctx, cancel)
+			c.Reply, c.Err = st.Run(cctx, c.Script, c.Keys, c.Args...)
+			stop()
+			cancel()
+			done([]*Call{c})
+		}
+		return
+	}
+	if st.server != nil && len(calls) > 1 {
+		groups := map[string][]*Call{}
+		for _, c := range calls {
+			addr := st.server(ctx, c.Keys[0])
+			groups[addr] = append(groups[addr], c)
+		}
+		if len(groups) > 1 {
+			var wg sync.WaitGroup
+			for _, g := range groups {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st.pipeline(ctx, g)
+					done(g)
+				}()
+			}
+			wg.Wait()
+			return
+		}
+	}
+	st.pipeline(ctx, calls)
+	done(calls)
+}
+
+// pipeline sends calls in one pipeline, then again with EVAL those that
+// got NOSCRIPT.
+func (st *Store) pipeline(ctx context.Context, calls []*Call) {
+	send := func(calls []*Call, eval bool) {
+		cmds := make([]*redis.Cmd, len(calls))
+		err := st.pipe(ctx, func(p redis.Pipeliner) error {
+			for i, c := range calls {
+				if eval {
+					cmds[i] = p.Eval(ctx, c.Script.src, c.Keys, c.Args...)
+				} else {
+					cmds[i] = p.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...)
+				}
+			}
+			return nil
+		})
+		for i, c := range calls {
+			if cmds[i] == nil { // the pipeline failed before queueing it
+				c.Reply, c.Err = nil, cmp.Or(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
+				continue
+			}
+			c.Reply, c.Err = checkReply(cmds[i].Result())
+		}
+	}
+	send(calls, st.evaler != nil)
+	if st.evaler != nil {
+		return
+	}
+	var again []*Call
+	for _, c := range calls {
+		var e redis.Error
+		if errors.As(c.Err, &e) && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 { // after a restart, a failover or SCRIPT FLUSH
+		send(again, true)
+	}
+}
+
+// Ambiguous reports whether a failed script call may have run on the
+// server all the same: anything but an error reply from Redis (a network
+// error, a timeout, a cancelled context) or a call that was never sent.
+func Ambiguous(err error) bool {
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, redis.ErrClosed):
+		return false // Redis refused it, or it was never sent
+	}
+	return true
+}
+
+// IsNil reports whether v is nil or a nil pointer, map, func or the like
+// in an interface, so that a typed nil client is an error, not a panic.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
