@@ -2,8 +2,10 @@ package redislock
 
 import (
 	"context"
-	"github.com/redislock/redislock/internal/store"
 	"time"
+
+	"github.com/redislock/redislock/internal/renew"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // acquire makes a first acquisition within ctx; the hold it begins has
@@ -38,7 +40,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
 		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
 	}
-	if err := rl.beginHold(holding, id, lease, token, sent.Add(lease-drift(lease))); err != nil {
+	if err := rl.beginHold(holding, id, lease, token, sent.Add(lease-renew.Margin(lease))); err != nil {
 		rl.letGo(ctx, id, lease, 0, true) // the key may hold id yet
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -58,6 +60,13 @@ func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error
 		err := rl.endLocked(h, rl.lostErr("re-entry found the key gone or taken"))
 		rl.mu.Unlock()
 		return false, err
+	}
+	if h.live() && !rl.locker.renewals.Extended(h.renewal, sent) {
+		// Its end is being reported (a run of the scheduler found its
+		// lease over): wait for it.
+		rl.mu.Unlock()
+		<-h.done
+		rl.mu.Lock()
 	}
 	if !h.live() {
 		// The hold ended while we were extending it: its lease ran out, its
@@ -79,7 +88,6 @@ func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error
 		return ok, err
 	}
 	h.count++
-	rl.extendedLocked(h, sent)
 	rl.mu.Unlock()
 	return true, nil
 }

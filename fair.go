@@ -2,9 +2,11 @@ package redislock
 
 import (
 	"context"
-	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/store"
 	"time"
+
+	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/renew"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // Fair locks: the waiters of a key queue in Redis, in a sorted set in the
@@ -139,12 +141,12 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *s
 		countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)
 	case token >= 0:
-		return true, 0, rl.takeOver(holding, fw, token, sent.Add(fw.lease-drift(fw.lease)))
+		return true, 0, rl.takeOver(holding, fw, token, sent.Add(fw.lease-renew.Margin(fw.lease)))
 	}
 	countAcquire(false, false, nil)
 	if seq > 0 { // waiting: a handoff to fw comes after this round trip
 		fw.seq = seq
-		fw.until = clock.Later(fw.until, sent.Add(fw.lease-drift(fw.lease)))
+		fw.until = clock.Later(fw.until, sent.Add(fw.lease-renew.Margin(fw.lease)))
 	}
 	return false, wait, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redislock/redislock/internal/renew"
+
 	"github.com/redislock/redislock/internal/keyslot"
 )
 
@@ -135,11 +137,11 @@ func TestUntilFollowsRenewals(t *testing.T) {
 	clk, rl := w.clk, w.rl
 	lease := 3 * time.Second
 	start := clk.Now()
-	if got, want := rl.Until(), start.Add(lease-drift(lease)); !got.Equal(want) {
+	if got, want := rl.Until(), start.Add(lease-renew.Margin(lease)); !got.Equal(want) {
 		t.Fatalf("Until = %v, want %v", got, want)
 	}
 	clk.Step(t) // the renewal at 1s
-	if got, want := rl.Until(), start.Add(time.Second+lease-drift(lease)); !got.Equal(want) {
+	if got, want := rl.Until(), start.Add(time.Second+lease-renew.Margin(lease)); !got.Equal(want) {
 		t.Fatalf("after a renewal Until = %v, want %v", got, want)
 	}
 	mustRelease(t, rl)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/store"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -252,7 +253,7 @@ func releaseAll(rls ...*RedisLock) {
 func watchRunning(rl *RedisLock, h *hold) bool {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	return h.renewal != nil
+	return rl.locker.renewals.InFlight(h.renewal)
 }
 
 // scripterFunc is a Scripter made of a function.
@@ -287,6 +288,6 @@ func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, k
 // queuedHere reports whether AcquireWaits of this process queue for rl's
 // key on rl's pub/sub client.
 func queuedHere(rl *RedisLock) bool {
-	queued, _ := rl.waitersHere()
+	queued, _ := rl.locker.wake.Waiting(rl, rl.pubsub, rl.channel)
 	return queued
 }

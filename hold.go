@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redislock/redislock/internal/renew"
+	"github.com/redislock/redislock/internal/store"
+
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
@@ -27,36 +30,24 @@ const (
 
 // hold is one tenure of the lock, from a first acquisition to its end.
 type hold struct {
-	id        string
-	token     int64         // fencing token; 0 without WithFencing
-	lease     time.Duration // fixed for the hold's life
-	started   time.Time     // when the first acquisition was sent
-	parent    context.Context
-	done      chan struct{} // closed when the hold ends
-	unbind    func() bool   // stops the context.AfterFunc on parent
-	rl        *RedisLock
-	renewals  *renewals // its scheduler: renewal, lease deadline, maximum hold
-	renewArgs [2]any    // id and lease in ms, boxed at its first renewal (by its batch, alone) for all
+	id      string
+	token   int64         // fencing token; 0 without WithFencing
+	lease   time.Duration // fixed for the hold's life
+	started time.Time     // when the first acquisition was sent
+	parent  context.Context
+	done    chan struct{}       // closed when the hold ends
+	unbind  func() bool         // stops the context.AfterFunc on parent
+	rl      *RedisLock          // whose hold it is
+	renewal *renew.Lease[*hold] // its deadlines and renewals, in its Locker's scheduler
 
 	// Guarded by RedisLock.mu.
-	state   holdState
-	err     error     // why it ended; nil while live and after a release
-	count   int       // acquisitions not yet released
-	until   time.Time // when the lease ends by our own accounting
-	lastErr error     // the latest renewal failure, since the last success
-	// renewal is non-nil while a renewal of the hold is in the network,
-	// and closed when its batch is over; selfRelease likewise while the
-	// hold's key is released at its maximum hold.
-	renewal, selfRelease chan struct{}
-	keyLeft              bool            // released without deleting the key: left to expire
-	life                 context.Context // made on demand (Do): ends with the hold
-	endLife              context.CancelCauseFunc
-	nextRenew            time.Time // when its next renewal is due
-	failures             int       // renewals failed in a row
-
-	// Guarded by its scheduler's mu.
-	due   time.Time // when the scheduler looks at it next
-	index int       // in the scheduler's queue; -1 when not queued
+	state       holdState
+	err         error           // why it ended; nil while live and after a release
+	count       int             // acquisitions not yet released
+	selfRelease chan struct{}   // while its key is released at its maximum hold; closed when done
+	keyLeft     bool            // released without deleting the key: left to expire
+	life        context.Context // made on demand (Do): ends with the hold
+	endLife     context.CancelCauseFunc
 }
 
 // errReleased is the cause of a hold's life context after its release.
@@ -75,13 +66,12 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		return fmt.Errorf("%w: %w before the reply came", ErrLockLost, errLeaseRanOut)
 	}
 	l := rl.locker
-	h := &hold{id: id, token: token, lease: lease, parent: holding, done: make(chan struct{}), rl: rl, index: -1,
-		state: renewing, count: 1, until: until, renewals: &l.renewals}
-	h.started = until.Add(-(lease - drift(lease))) // the acquisition was sent then, or later
-	h.nextRenew = h.started.Add(lease / 3)
+	h := &hold{id: id, token: token, lease: lease, parent: holding, done: make(chan struct{}), rl: rl,
+		state: renewing, count: 1}
+	h.started = until.Add(-(lease - renew.Margin(lease))) // the acquisition was sent then, or later
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if !l.track(h) {
+	if h.renewal = l.renewals.Add(h, holding, store.Extend, rl.key, id, lease, until, rl.maxHold, rl.watchdog); h.renewal == nil {
 		return ErrLockerClosed
 	}
 	rl.cur = h
@@ -90,7 +80,6 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		rl.began = nil
 	}
 	metricHeld.Inc()
-	h.renewals.schedule(h)
 	if holding.Done() != nil {
 		h.unbind = context.AfterFunc(holding, func() { rl.holdingContextEnded(h) })
 	}
@@ -105,7 +94,7 @@ func (rl *RedisLock) holdingContextEnded(h *hold) {
 		return
 	}
 	h.state = expiring
-	h.renewals.schedule(h) // its lease deadline and maximum hold only
+	rl.locker.renewals.Stop(h.renewal) // its lease deadline and maximum hold only
 	logx.Infof("redislock: holding context of %q (owner %s) ended, renewal stopped; the lock lasts out its lease: %v",
 		rl.key, h.id, context.Cause(h.parent))
 	rl.mu.Unlock()
@@ -133,13 +122,10 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 // run for it; the caller counts the end. The caller holds rl.mu.
 func (rl *RedisLock) closeLocked(h *hold, cause error) {
 	h.state, h.err = ended, cause
-	rl.locker.forget(h)
 	if h.unbind != nil {
 		h.unbind()
 	}
-	if h.renewals != nil {
-		h.renewals.remove(h)
-	}
+	rl.locker.renewals.Remove(h.renewal)
 	if h.endLife != nil {
 		h.endLife(cmp.Or(cause, errReleased))
 	}
@@ -152,30 +138,64 @@ func bare(err error) string {
 	return strings.TrimPrefix(err.Error(), "redislock: ")
 }
 
-// extendedLocked records a successful re-entry or renewal sent at sent.
-// The caller holds rl.mu.
-func (rl *RedisLock) extendedLocked(h *hold, sent time.Time) {
-	if until := sent.Add(h.lease - drift(h.lease)); until.After(h.until) {
-		h.until = until
-	}
-	h.lastErr = nil
-}
-
-// leaseRanOutLocked ends h, whose lease ran out by our own accounting.
-// The caller holds rl.mu.
-func (rl *RedisLock) leaseRanOutLocked(h *hold) {
+// leaseRanOutLocked ends h, whose lease ran out by our own accounting,
+// while renewals failed with lastErr (nil if none did). The caller holds
+// rl.mu.
+func (rl *RedisLock) leaseRanOutLocked(h *hold, lastErr error) {
 	var err error
 	switch {
 	case h.state == expiring: // as asked: the holding context stopped renewal
 		err = fmt.Errorf("redislock: %q: the lease ran out after the holding context ended: %w", rl.key, context.Cause(h.parent))
-	case h.lastErr != nil:
-		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, h.lastErr)
+	case lastErr != nil:
+		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, lastErr)
 	case rl.watchdog:
 		err = fmt.Errorf("%w: %q: %w before a renewal got through", ErrLockLost, rl.key, errLeaseRanOut)
 	default:
 		err = fmt.Errorf("%w: %q: %w: %v (no watchdog)", ErrLockLost, rl.key, errLeaseRanOut, h.lease)
 	}
 	rl.endLocked(h, err)
+}
+
+// maxHoldReachedLocked ends h at its maximum hold and then releases the
+// lock, in that order: Done closes and Until turns zero before the key can
+// be taken by anyone else, so the holder never believes it holds a lock
+// that another may hold. A Release of that hold returns once this release
+// is over (within its context). The caller holds rl.mu.
+func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
+	releasing := make(chan struct{})
+	h.selfRelease = releasing
+	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
+	rl.locker.spawn(func() { // a round trip of its own, never on the scheduler's path
+		defer close(releasing)
+		rl.letGo(h.parent, h.id, h.lease, 0, true)
+	})
+}
+
+// leaseEnded ends h as its Locker's scheduler reports: its maximum hold
+// came, its lease ran out (err: the latest renewal's failure), its key was
+// found gone; or a renewal extended its key after the hold ended, which is
+// then given back, unless a release deleted it.
+func leaseEnded(h *hold, end renew.End, err error) {
+	rl := h.rl
+	rl.mu.Lock()
+	if end == renew.Late {
+		released := !h.live() && h.err == nil && !h.keyLeft
+		rl.mu.Unlock()
+		if !released { // round trips of their own, never on the scheduler's path
+			rl.letGo(h.parent, h.id, h.lease, 0, false)
+		}
+		return
+	}
+	defer rl.mu.Unlock()
+	switch {
+	case !h.live():
+	case end == renew.MaxHold:
+		rl.maxHoldReachedLocked(h)
+	case end == renew.RanOut:
+		rl.leaseRanOutLocked(h, err)
+	default:
+		rl.endLocked(h, rl.lostErr("renewal found the key gone or taken"))
+	}
 }
 
 // lifeOf returns a context that ends with h, its cause being why h ended

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/store"
-	"maps"
 	"reflect"
-	"slices"
 	"sync"
-	"sync/atomic"
+
+	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/renew"
+	"github.com/redislock/redislock/internal/store"
+	"github.com/redislock/redislock/internal/wake"
 )
 
 // ErrLockerClosed reports a call on a lock of a Locker that was closed, and
@@ -28,21 +28,19 @@ type Locker struct {
 	store    *store.Store
 	opts     []Option
 	clock    clock.Clock
-	renewals renewals           // its scheduler: renewals, lease deadlines, maximum holds
-	shared   bool               // a store's default Locker: never closed, tracks no holds
-	closing  context.Context    // ends when Close begins
-	shut     context.CancelFunc // ends closing
-	finished chan struct{}      // closed when Close returns
-	wg       sync.WaitGroup     // give-backs, self-releases, hub readers, scheduler runs, and its locks' waits
+	renewals *renew.Scheduler[*hold] // its holds' renewals, lease deadlines and maximum holds
+	shared   bool                    // a store's default Locker: never closed
+	closing  context.Context         // ends when Close begins
+	shut     context.CancelFunc      // ends closing
+	finished chan struct{}           // closed when Close returns
+	wg       sync.WaitGroup          // give-backs, self-releases, hub readers, and its locks' waits
 
-	quiet   atomic.Pointer[hub] // the hub of its locks without pub/sub, while open
-	unheard sync.Map            // keys whose release Redis refused to publish, and struct{}{} for a subscription: logged once
+	wake    *wake.Set // its locks' wake-ups: one subscription per client
+	unheard sync.Map  // keys whose release Redis refused to publish: logged once
 
 	mu     sync.Mutex
-	holds  map[*hold]bool // live holds of its locks (not for a shared Locker)
-	hubs   map[any]*hub   // its wake-up subscriptions, by Subscriber
-	joined bool           // Close has waited for its goroutines: start no more
-	late   []error        // releases that failed after Close began
+	joined bool    // Close has waited for its goroutines: start no more
+	late   []error // releases that failed after Close began
 }
 
 // failed records a release that failed after Close began, for Close to
@@ -66,9 +64,9 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 
 func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
 	l := &Locker{store: store.New(s), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
-		holds: map[*hold]bool{}, hubs: map[any]*hub{}}
+		wake: wake.NewSet(c)}
 	l.closing, l.shut = context.WithCancel(context.Background())
-	l.renewals.locker = l
+	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals)
 	return l
 }
 
@@ -181,8 +179,11 @@ func (l *Locker) Close() error {
 	}
 	l.shut()
 	defer close(l.finished)
-	held := maps.Clone(l.holds)
 	l.mu.Unlock()
+	held := map[*hold]bool{}
+	for _, h := range l.renewals.Close() { // no hold begins any more
+		held[h] = true
+	}
 
 	// Every hold ends first, at once; then the keys are released, in one
 	// pipeline per server, so that a stalled release holds up no hold's end.
@@ -215,12 +216,11 @@ func (l *Locker) Close() error {
 	})
 	l.mu.Lock()
 	l.joined = true
-	hubs := slices.Collect(maps.Values(l.hubs))
 	l.mu.Unlock()
-	for _, h := range hubs {
-		h.closeUnused() // lingering channels; a hub with waiters closes as its last one leaves
-	}
-	l.wg.Wait() // give-backs, scheduler runs, and hub readers once their waiters left
+	l.wake.Close() // lingering channels; a hub with waiters closes as its last one leaves
+	l.renewals.Wait()
+	l.wg.Wait() // give-backs, self-releases, and its locks' waits
+	l.wake.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return errors.Join(l.late...)
@@ -228,27 +228,3 @@ func (l *Locker) Close() error {
 
 // isClosed reports whether Close was called.
 func (l *Locker) isClosed() bool { return l.closing.Err() != nil }
-
-// track records a live hold; false when the Locker is closed.
-func (l *Locker) track(h *hold) bool {
-	if l.shared {
-		return true // never closed
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.isClosed() {
-		return false
-	}
-	l.holds[h] = true
-	return true
-}
-
-// forget drops a hold that ended.
-func (l *Locker) forget(h *hold) {
-	if l.shared {
-		return
-	}
-	l.mu.Lock()
-	delete(l.holds, h)
-	l.mu.Unlock()
-}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"go.uber.org/goleak"
 
@@ -222,14 +223,9 @@ func TestLockerCloseUnderLoad(t *testing.T) {
 // scheduler, no run under way, and no subscription open.
 func requireLockerIdle(t *testing.T, l *Locker) {
 	t.Helper()
-	l.mu.Lock()
-	hubs := len(l.hubs)
-	l.mu.Unlock()
-	l.renewals.mu.Lock()
-	queued, runs := len(l.renewals.queue), l.renewals.runs
-	l.renewals.mu.Unlock()
-	if hubs != 0 || queued != 0 || runs != 0 {
-		t.Fatalf("after Close: %d hubs, %d holds scheduled, %d runs", hubs, queued, runs)
+	hubs := l.wake.Hubs()
+	if queued := l.renewals.Len(); hubs != 0 || queued != 0 || !l.renewals.Idle() {
+		t.Fatalf("after Close: %d hubs, %d holds scheduled, idle %v", hubs, queued, l.renewals.Idle())
 	}
 }
 
@@ -454,19 +450,7 @@ func TestLockerCloseJoinsItsWaits(t *testing.T) {
 		}
 		return n == keys && waiting.Load() == keys*perKey
 	})
-	waitFor(t, 10*time.Second, "every wait to be in its hub", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		n := 0
-		for _, h := range l.hubs {
-			h.mu.Lock()
-			for _, kw := range h.chans {
-				n += len(kw.queue) + len(kw.fair)
-			}
-			h.mu.Unlock()
-		}
-		return n == keys*perKey
-	})
+	waitFor(t, 10*time.Second, "every wait to be in its hub", func() bool { return l.wake.Waiters() == keys*perKey })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -474,10 +458,7 @@ func TestLockerCloseJoinsItsWaits(t *testing.T) {
 	// the hub: none is left when Close has joined them. (Counting the
 	// waiters' goroutines that have returned from AcquireWait races with
 	// Close: one can be between AcquireWait's return and its count.)
-	l.mu.Lock()
-	open := len(l.hubs)
-	l.mu.Unlock()
-	if open != 0 {
+	if open := l.wake.Hubs(); open != 0 {
 		t.Errorf("Close returned with %d wake-up subscriptions of its waits open", open)
 	}
 	for k := range keys {

@@ -112,3 +112,16 @@ func countAcquire(reentry, ok bool, err error) {
 	}
 	metricAcquisitions.Inc(label(outcome)...)
 }
+
+// countRenewals records the renewals of a batch by result.
+func countRenewals(ok, lost, failed int) {
+	if ok > 0 {
+		metricRenewals.Add(float64(ok), "ok")
+	}
+	if lost > 0 {
+		metricRenewals.Add(float64(lost), "lost")
+	}
+	if failed > 0 {
+		metricRenewals.Add(float64(failed), "failed")
+	}
+}

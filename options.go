@@ -2,8 +2,9 @@ package redislock
 
 import (
 	"fmt"
-	"github.com/redislock/redislock/internal/clock"
 	"time"
+
+	"github.com/redislock/redislock/internal/clock"
 )
 
 const (
@@ -121,12 +122,6 @@ func validExpiry(d time.Duration) error {
 		return fmt.Errorf("%w: %v is longer than %v", ErrInvalidExpiry, d, MaxExpiry)
 	}
 	return nil
-}
-
-// drift is the safety margin taken off every lease in our own accounting:
-// 1% of the lease for clock drift plus 2ms for timer and scheduling delays.
-func drift(lease time.Duration) time.Duration {
-	return lease/100 + 2*time.Millisecond
 }
 
 const (

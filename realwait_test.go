@@ -11,8 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redislock/redislock/internal/redisserver"
 	"go.uber.org/goleak"
+
+	"github.com/redislock/redislock/internal/redisserver"
 )
 
 // holders counts acquisitions, and how often more than one waiter believed

@@ -3,11 +3,12 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/store"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // A RedisLock is a lock on one Redis key. Make it with NewRedisLock; the zero
@@ -330,7 +331,7 @@ func (rl *RedisLock) snapshot() (s struct {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if h := rl.liveHold(); h != nil {
-		s.id, s.token, s.until, s.count = h.id, h.token, h.until, h.count
+		s.id, s.token, s.until, s.count = h.id, h.token, rl.locker.renewals.Until(h.renewal), h.count
 	}
 	return s
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redislock/redislock/internal/renew"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	zredis "github.com/zeromicro/go-zero/core/stores/redis"
@@ -498,7 +500,7 @@ func TestRenewalFailingUntilDeadlineIsLoss(t *testing.T) {
 
 	// Step from renewal attempt to renewal attempt until the hold ends; it
 	// must not end before the validity deadline of the acquisition.
-	deadline := clk.Now().Add(3*time.Second - drift(3*time.Second))
+	deadline := clk.Now().Add(3*time.Second - renew.Margin(3*time.Second))
 	for {
 		now, lost := clk.Now(), isClosed(rl.Done())
 		if lost && now.Before(deadline) {
@@ -549,7 +551,7 @@ func TestNoGoroutineBetweenRenewals(t *testing.T) {
 func watchdogGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "redislock.(*renewals).run(")
+	return strings.Count(string(buf), "renew.(*Scheduler[...]).run(")
 }
 
 func TestNothingRenewsAfterRelease(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redislock/redislock/internal/store"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/breaker"

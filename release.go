@@ -2,11 +2,12 @@ package redislock
 
 import (
 	"context"
-	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/store"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/zeromicro/go-zero/core/logx"
 )
@@ -16,7 +17,7 @@ import (
 // The caller holds rl.op.
 func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
 	rl.mu.Lock()
-	releasing, inFlight := h.selfRelease, h.renewal
+	releasing, inFlight := h.selfRelease, rl.locker.renewals.InFlight(h.renewal)
 	lastOfEnded := endErr != nil && h.count == 0
 	rl.mu.Unlock()
 	switch {
@@ -27,7 +28,7 @@ func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
 		case <-releasing:
 		case <-ctx.Done():
 		}
-	case lastOfEnded && inFlight != nil:
+	case lastOfEnded && inFlight:
 		// A renewal sent before the hold ended is still in the
 		// network: delete the key if it still holds our id, so that
 		// the renewal finds nothing to extend once we return.
@@ -75,7 +76,7 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 	deleted, err := rl.locker.releaseResult(c)
 	if deleted { // no message tells the waiters without pub/sub
 		handoff, _ := c.Reply.(string)
-		rl.locker.releasedHere(rl.channel, strings.TrimPrefix(handoff, "!"))
+		rl.locker.wake.Publish(rl.channel, strings.TrimPrefix(handoff, "!"))
 	}
 	return deleted, err
 }

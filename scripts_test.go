@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"github.com/redislock/redislock/internal/store"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/redislock/redislock/internal/redisserver"
 )

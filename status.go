@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redislock/redislock/internal/store"
 	"strings"
 	"time"
+
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
-	"time"
+	"github.com/redislock/redislock/internal/wake"
 )
 
 // ErrNotAcquired reports that AcquireWait or Do gave up: its context ended,
@@ -97,8 +99,8 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			return err
 		}
 	}
-	var w *waiter // in this process's queue of waiters on the key
-	defer func() { w.leave(0) }()
+	var w *wake.Waiter // in this process's queue of waiters on the key
+	defer func() { w.Leave(0) }()
 	join := func() error { // a fair wait queues in Redis from its next attempt on
 		id := ""
 		if rl.fair() {
@@ -111,7 +113,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			}
 			id = fw.id
 		}
-		w = rl.join(waitCtx, id) // subscribed before it queues: no release or handoff goes unheard
+		w = rl.locker.wake.Join(waitCtx, rl, rl.pubsub, rl.channel, id) // subscribed before it queues: no release or handoff goes unheard
 		return nil
 	}
 	var next clock.Timer // of the next attempt; made when first armed
@@ -133,7 +135,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			next.Reset(d)
 		}
 		if fw != nil {
-			w.attemptsAt(rl.clock.Now().Add(d))
+			w.AttemptsAt(rl.clock.Now().Add(d))
 		}
 	}
 	if !rl.attemptsFirst(fw) {
@@ -157,25 +159,25 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		case ending(waitCtx) && failures > 0:
 			return rl.gaveUp(waitCtx)
 		}
-		head, n := w.read()
+		head, n := w.Read()
 		if rl.Holds() > 0 || failures == 0 && ending(waitCtx) {
 			// rl took the lock: re-enter it, whatever waits before us; or
 			// the wait timeout passed before the attempt a wait always makes.
-			head, n.attempt = true, true
+			head, n.Attempt = true, true
 		}
 		switch {
-		case head && (n.attempt || n.handoff != nil || ticked):
+		case head && (n.Attempt || n.Handoff != nil || ticked):
 			counts := !ticked || !refresh
 			ticked = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
-			done, wait, err := rl.attempt(ctx, holding, fw, n.handoff)
+			done, wait, err := rl.attempt(ctx, holding, fw, n.Handoff)
 			switch {
 			case done && err == nil && ending(ctx): // taken as the wait gave up
 				_ = rl.releaseDetached(ctx, nil)
 				return rl.gaveUp(ctx)
 			case done && err == nil:
-				w.leave(rl.leaseOfHold())
+				w.Leave(rl.leaseOfHold())
 				return nil
 			case done:
 				return err
@@ -204,15 +206,15 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				if err := join(); err != nil {
 					return err
 				}
-				if fw != nil || w.subscribed() {
+				if fw != nil || w.Subscribed() {
 					continue
 				}
 			}
 			arm(d)
-		case head && n.holder > 0:
+		case head && n.Holder > 0:
 			// Another waiter holds it now: its release will wake us, and
 			// its key, unreleased, lives no longer than its lease.
-			d, _ := rl.nextAttempt(max(failures, 1), n.holder, w)
+			d, _ := rl.nextAttempt(max(failures, 1), n.Holder, w)
 			arm(d)
 		}
 
@@ -222,7 +224,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		}
 		select {
 		case <-waitCtx.Done():
-		case <-w.wake():
+		case <-w.C():
 		case <-rl.heldChange(): // a hold of rl (another goroutine's) ended or began
 		case <-rl.lockerDone():
 		case <-tick:
@@ -249,14 +251,14 @@ func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *st
 // no expiry): until the lease ends when w hears releases, else also no
 // longer than the RetryStrategy says. It returns ErrNotAcquired when the
 // strategy gives up.
-func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *waiter) (time.Duration, error) {
+func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *wake.Waiter) (time.Duration, error) {
 	d, more := rl.retry.Backoff(failures)
 	if !more {
 		return 0, fmt.Errorf("%w: %q still held at attempt %d, the RetryStrategy's last", ErrNotAcquired, rl.key, failures)
 	}
 	switch {
 	case wait < 0: // no expiry: only releases and retries end it
-	case w.subscribed():
+	case w.Subscribed():
 		// A release wakes us; the lease bounds the wait. A PTTL is whole
 		// milliseconds, rounded down: the key is gone a millisecond after
 		// it, not at it (PTTL 0 is a key still there).
@@ -298,7 +300,7 @@ func (rl *RedisLock) attemptsFirst(fw *fairWaiter) bool {
 	rl.mu.Lock()
 	held := rl.cur != nil && rl.cur.count > 0
 	rl.mu.Unlock()
-	queued, subscribed := rl.waitersHere()
+	queued, subscribed := rl.locker.wake.Waiting(rl, rl.pubsub, rl.channel)
 	if rl.fair() {
 		queued = subscribed || fw != nil || rl.pubsub == nil
 	}

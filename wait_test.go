@@ -335,24 +335,7 @@ func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
 }
 
 // queueLen returns how many AcquireWaits wait on rl's channel in its hub.
-func queueLen(rl *RedisLock) int {
-	l := rl.locker
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, h := range l.hubs {
-		h.mu.Lock()
-		c := h.chans[rl.channel]
-		n := 0
-		if c != nil {
-			n = len(c.queue)
-		}
-		h.mu.Unlock()
-		if n > 0 {
-			return n
-		}
-	}
-	return 0
-}
+func queueLen(rl *RedisLock) int { return rl.locker.wake.Queued(rl.channel) }
 
 // requireNoHubs fails if a subscription of NewRedisLock's locks is still
 // open a few seconds on.
@@ -360,9 +343,7 @@ func requireNoHubs(t testing.TB) {
 	t.Helper()
 	open := func() (n int) {
 		defaultLockers.Range(func(_, l any) bool {
-			l.(*Locker).mu.Lock()
-			n += len(l.(*Locker).hubs)
-			l.(*Locker).mu.Unlock()
+			n += l.(*Locker).wake.Hubs()
 			return true
 		})
 		return n

@@ -57,10 +57,7 @@ func requireNoSchedulers(t *testing.T) {
 	waitFor(t, 10*time.Second, "default Lockers idle", func() bool {
 		idle := true
 		defaultLockers.Range(func(_, l any) bool {
-			s := &l.(*Locker).renewals
-			s.mu.Lock()
-			idle = idle && len(s.queue) == 0 && s.runs == 0 && s.armedAt.IsZero()
-			s.mu.Unlock()
+			idle = idle && l.(*Locker).renewals.Idle()
 			return idle
 		})
 		return idle
@@ -248,21 +245,21 @@ func TestSchedulersAreSharedAndForgotten(t *testing.T) {
 	b := NewRedisLock(FromGoRedis(c), "b")
 	mustAcquire(t, a)
 	mustAcquire(t, b)
-	if a.cur.renewals == nil || a.cur.renewals != b.cur.renewals {
+	if a.locker.renewals == nil || a.locker.renewals != b.locker.renewals {
 		t.Fatal("two locks of one store do not share a scheduler")
 	}
 	l := NewLocker(FromGoRedis(c))
 	x, y := l.NewLock("x"), l.NewLock("y")
 	mustAcquire(t, x)
 	mustAcquire(t, y)
-	if x.cur.renewals != y.cur.renewals || x.cur.renewals == a.cur.renewals {
+	if x.locker.renewals != y.locker.renewals || x.locker.renewals == a.locker.renewals {
 		t.Fatal("a Locker's locks do not share its own scheduler")
 	}
 	for _, rl := range []*RedisLock{a, b, x, y} {
 		mustRelease(t, rl)
 	}
 	requireNoSchedulers(t)
-	if n := len(x.cur.renewals.queue); n != 0 {
+	if n := x.locker.renewals.Len(); n != 0 {
 		t.Fatalf("%d holds left in the Locker's queue", n)
 	}
 }
@@ -341,11 +338,7 @@ func TestOverdueRenewalsShareABatch(t *testing.T) {
 		gate.open <- struct{}{}
 		<-acquired
 	}
-	waitFor(t, 10*time.Second, "no run under way", func() bool {
-		clk.mu.Lock()
-		defer clk.mu.Unlock()
-		return clk.busy == 0
-	})
+	waitFor(t, 10*time.Second, "no run under way", func() bool { return clk.Busy() == 0 })
 	if p := batches.pipelines.Load(); p != 1 {
 		t.Fatalf("%d renewal round trips for %d holds arriving overdue: not shared", p, n)
 	}
