@@ -206,10 +206,10 @@ func (l *Locker) Close() error {
 		for _, c := range done {
 			// A renewal under way is owner-checked: it cannot bring back or
 			// extend the key this deletes, so it is not waited for.
-			switch deleted, err := l.releaseResult(c); {
+			switch code, err := l.releaseResult(c); {
 			case err != nil:
 				l.failed(opErr("release", c.Tag.(*RedisLock).key, err))
-			case !deleted: // a loss, learnt only now
+			case code == 0: // a loss, learnt only now
 				l.failed(c.Tag.(*RedisLock).lostErr("Close's release found the key gone or taken"))
 			}
 		}

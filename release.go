@@ -73,12 +73,12 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
 	c := rl.releaseCall(ctx, id, abandon)
 	c.Reply, c.Err = rl.store.Run(ctx, c.Script, c.Keys, c.Args...)
-	deleted, err := rl.locker.releaseResult(c)
-	if deleted { // no message tells the waiters without pub/sub
+	code, err := rl.locker.releaseResult(c)
+	if code != 0 { // no message tells the waiters without pub/sub, nor any when Redis refused it
 		handoff, _ := c.Reply.(string)
-		rl.locker.wake.Publish(rl.channel, strings.TrimPrefix(handoff, "!"))
+		rl.locker.wake.Publish(rl.channel, strings.TrimPrefix(handoff, "!"), code == 3)
 	}
-	return deleted, err
+	return code != 0, err
 }
 
 // releaseCall returns release's script call, tagged with rl.
@@ -95,22 +95,23 @@ func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Du
 	return c
 }
 
-// releaseResult reads the reply of a release call, of a lock of l: a fair
-// release's handoff message is a release. A release whose wake-up Redis
-// refused is one all the same, logged once per key.
-func (l *Locker) releaseResult(c *store.Call) (bool, error) {
+// releaseResult reads the reply of a release call, of a lock of l (see
+// store.ReleaseCode). A release whose wake-up Redis refused is logged,
+// once per key.
+func (l *Locker) releaseResult(c *store.Call) (int64, error) {
 	code, err := store.ReleaseCode(c)
 	if code == 3 {
 		l.wakeupRefused(c.Keys[0])
 	}
-	return code != 0, err
+	return code, err
 }
 
 // wakeupRefused logs, once per key, that Redis refused to publish a
-// release of key: its waiters attempt at their RetryStrategy's pace.
+// release of key: the Locker's own waiters are told, others wait until
+// their next attempt.
 func (l *Locker) wakeupRefused(key string) {
 	if _, logged := l.unheard.LoadOrStore(key, true); !logged {
-		logx.Errorf("redislock: Redis refused to publish the release of %q (an ACL without its channel?): its waiters attempt at their RetryStrategy's pace", key)
+		logx.Errorf("redislock: Redis refused to publish the release of %q (an ACL without its channel?): waiters in other processes are not woken", key)
 	}
 }
 

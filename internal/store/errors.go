@@ -25,8 +25,8 @@ const refusalMark = " [redislock: "
 
 // checkReply turns what a script call returned into our reply and error:
 // a nil reply is ErrUnexpectedReply, and an error reply of Redis a
-// Refusal.
-func checkReply(reply any, err error) (any, error) {
+// Refusal, of command on key unless call.lua names another.
+func checkReply(reply any, err error, command, key string) (any, error) {
 	var e redis.Error
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
@@ -35,21 +35,21 @@ func checkReply(reply any, err error) (any, error) {
 	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	case errors.As(err, &e):
-		return nil, refused(err)
+		return nil, refused(err, command, key)
 	}
 	return reply, err
 }
 
 // A Refusal is an error reply of Redis to a script call: ErrRefused,
 // naming the command and key that call.lua reports (or the script call
-// itself), and wrapping the server's error.
+// itself, EVALSHA and its first key), and wrapping the server's error.
 type Refusal struct {
 	Command, Key string
 	err          error // a redis.Error
 }
 
-func refused(err error) error {
-	r := &Refusal{Command: "the script", err: err}
+func refused(err error, command, key string) error {
+	r := &Refusal{Command: command, Key: key, err: err}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, refusalMark); i >= 0 && strings.HasSuffix(msg, "]") {
 		r.Command, r.Key, _ = strings.Cut(msg[i+len(refusalMark):len(msg)-1], " ")

@@ -50,12 +50,15 @@ return guarded(function()
         need("PEXPIRE", KEYS[6], ARGV[3])
     end
     if KEYS[6] then
+        need("SADD", KEYS[6], ARGV[1])
+        -- Out of the queue first: Redis refuses no ZREM for memory, and once
+        -- it removed something, lets the writes after it through.
+        call("ZREM", KEYS[3], ARGV[1])
+        call("HDEL", KEYS[4], ARGV[1])
         call("SADD", KEYS[6], ARGV[1])
         if ttl < tonumber(ARGV[3]) then
             call("PEXPIRE", KEYS[6], ARGV[3])
         end
-        call("ZREM", KEYS[3], ARGV[1])
-        call("HDEL", KEYS[4], ARGV[1])
     end
     if not owned then
         return released and 2 or 0

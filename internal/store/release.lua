@@ -23,12 +23,15 @@
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
     local released = not owned and call("EXISTS", KEYS[2]) == 1
-    if KEYS[3] then -- given up: remembered, with an expiry, before the key goes
-        local ttl = call("PTTL", KEYS[3])
+    local ttl = KEYS[3] and call("PTTL", KEYS[3])
+    if KEYS[3] then
+        need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
-        if owned then
-            need("DEL", KEYS[1])
-        end
+    end
+    if owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
+        call("DEL", KEYS[1])
+    end
+    if KEYS[3] then -- given up: remembered, with an expiry
         call("SADD", KEYS[3], ARGV[1])
         if ttl < tonumber(ARGV[3]) then
             call("PEXPIRE", KEYS[3], ARGV[3])
@@ -37,7 +40,6 @@ return guarded(function()
     if not owned then
         return released and 2 or 0
     end
-    call("DEL", KEYS[1])
     redis.pcall("SET", KEYS[2], 1, "PX", 10000) -- refused: only a retry finds no marker
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)

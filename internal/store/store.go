@@ -130,22 +130,24 @@ func (st *Store) Pipelined() bool { return st.pipe != nil }
 // our scripts gives one) is ErrUnexpectedReply, so redis.Nil never reaches
 // a caller; an error reply of Redis is a refusal (ErrRefused).
 func (st *Store) Run(ctx context.Context, script *Script, keys []string, args ...any) (any, error) {
+	key := ""
+	if len(keys) > 0 {
+		key = keys[0]
+	}
 	if ro := st.readOnly.Load(); script.readOnly && ro != nil && st.evaler == nil {
 		reply, err := (*ro)(ctx, script.Script, keys, args...).Result()
 		var e redis.Error
 		if !errors.As(err, &e) || !noReadOnly(e) {
-			return checkReply(reply, err)
+			return checkReply(reply, err, "EVALSHA_RO", key)
 		}
 		st.readOnly.Store(nil)
 	}
-	var reply any
-	var err error
 	if st.evaler != nil {
-		reply, err = st.evaler.EvalCtx(ctx, script.src, keys, args...)
-	} else {
-		reply, err = st.ScriptRunCtx(ctx, script.Script, keys, args...)
+		reply, err := st.evaler.EvalCtx(ctx, script.src, keys, args...)
+		return checkReply(reply, err, "EVAL", key)
 	}
-	return checkReply(reply, err)
+	reply, err := st.ScriptRunCtx(ctx, script.Script, keys, args...)
+	return checkReply(reply, err, "EVALSHA", key)
 }
 
 // noReadOnly reports an error of a server that will not run our
@@ -224,12 +226,19 @@ func (st *Store) pipeline(ctx context.Context, calls []*Call) {
 			}
 			return nil
 		})
+		command := "EVALSHA"
+		if eval {
+			command = "EVAL"
+		}
 		for i, c := range calls {
-			if cmds[i] == nil { // the pipeline failed before queueing it
+			if cmds[i] == nil || err != nil && cmds[i].Err() == nil && cmds[i].Val() == nil {
+				// Not queued, or not sent (go-zero's breaker refuses the
+				// whole pipeline).
 				c.Reply, c.Err = nil, cmp.Or(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
 				continue
 			}
-			c.Reply, c.Err = checkReply(cmds[i].Result())
+			reply, cerr := cmds[i].Result()
+			c.Reply, c.Err = checkReply(reply, cerr, command, c.Keys[0])
 		}
 	}
 	send(calls, st.evaler != nil)

@@ -88,9 +88,9 @@ func TestRefusalNamesTheCommand(t *testing.T) {
 	}{
 		{"READONLY You can't write against a read only replica. [redislock: SET nightly]", "SET", "nightly", "READONLY You can't write", "READONLY"},
 		{"ERR The user executing the script can't run this command or subcommand [redislock: TIME]", "TIME", "", "ERR The user", "ERR"},
-		{"NOPERM this user has no permissions to run the 'evalsha' command", "the script", "", "NOPERM", "NOPERM"},
+		{"NOPERM this user has no permissions to run the 'evalsha' command", "EVALSHA", "k", "NOPERM", "NOPERM"},
 	} {
-		_, err := checkReply(nil, proto(tc.reply))
+		_, err := checkReply(nil, proto(tc.reply), "EVALSHA", "k")
 		var r *Refusal
 		var e redis.Error
 		switch {
@@ -102,13 +102,13 @@ func TestRefusalNamesTheCommand(t *testing.T) {
 			t.Errorf("%q: the server's error reads %q", tc.reply, e.Error())
 		}
 	}
-	if _, err := checkReply(nil, proto("REDISLOCK_CORRUPT_COUNTER {k}:redislock:fence")); !errors.Is(err, ErrCorruptFencingCounter) || errors.Is(err, ErrRefused) {
+	if _, err := checkReply(nil, proto("REDISLOCK_CORRUPT_COUNTER {k}:redislock:fence"), "EVALSHA", "k"); !errors.Is(err, ErrCorruptFencingCounter) || errors.Is(err, ErrRefused) {
 		t.Errorf("a corrupt counter: %v", err)
 	}
-	if _, err := checkReply(nil, redis.Nil); !errors.Is(err, ErrUnexpectedReply) {
+	if _, err := checkReply(nil, redis.Nil, "EVALSHA", "k"); !errors.Is(err, ErrUnexpectedReply) {
 		t.Errorf("redis.Nil: %v", err)
 	}
-	if Ambiguous(refused(proto("OOM x"))) || !Ambiguous(context.DeadlineExceeded) {
+	if Ambiguous(refused(proto("OOM x"), "EVALSHA", "k")) || !Ambiguous(context.DeadlineExceeded) {
 		t.Error("a refusal is ambiguous, or a timeout is not")
 	}
 }
@@ -151,5 +151,25 @@ func TestReplies(t *testing.T) {
 	}
 	if code, owner, pttl, err := ParseBreak([]any{int64(3), "o", int64(100)}); code != 3 || owner != "o" || pttl != 100 || err != nil {
 		t.Errorf("break %v %v %v %v", code, owner, pttl, err)
+	}
+}
+
+// A pipeline that go-zero's breaker refuses sends nothing: each call gets
+// the breaker's error, not a nil reply (black-box round 19: Close said
+// "unexpected reply from redis: nil").
+func TestPipelineRefusedWholeGivesItsError(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	st := New(GoRedis(c))
+	open := errors.New("circuit breaker is open")
+	st.SetPipeline(func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+		_ = fn(c.Pipeline()) // queued, never sent
+		return open
+	})
+	calls := []*Call{{Ctx: context.Background(), Script: Release, Keys: []string{"k", "m"}, Args: []any{"id", "ch"}}}
+	st.RunAll(context.Background(), calls, func([]*Call) {})
+	if !errors.Is(calls[0].Err, open) {
+		t.Fatalf("the call's error: %v; want the pipeline's", calls[0].Err)
 	}
 }

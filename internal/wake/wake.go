@@ -417,11 +417,24 @@ func (h *hub) dropped(err error, failures int) {
 	}
 }
 
-// Publish tells the waiters without pub/sub on channel what a release by
-// a lock of the same Locker would have published: a fair release's
-// handoff message, or "" for a key deleted. No message tells them.
-func (s *Set) Publish(channel, payload string) {
-	if h := s.quiet.Load(); h != nil {
+// Publish tells the waiters on channel what a release by a lock of the
+// same Locker published, or would have: a fair release's handoff message,
+// or "" for a key deleted. Those without pub/sub hear of it only so, and
+// with refused, when Redis refused the PUBLISH, every waiter does.
+func (s *Set) Publish(channel, payload string, refused bool) {
+	if !refused {
+		if h := s.quiet.Load(); h != nil {
+			h.released(channel, payload)
+		}
+		return
+	}
+	s.mu.Lock()
+	hubs := make([]*hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	s.mu.Unlock()
+	for _, h := range hubs {
 		h.released(channel, payload)
 	}
 }

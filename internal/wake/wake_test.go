@@ -30,7 +30,7 @@ func TestLineWithoutPubSub(t *testing.T) {
 	if q, _ := s.Waiting("lock a", nil, "ch"); !q || s.Queued("ch") != 2 || s.Waiters() != 2 {
 		t.Fatalf("queued %v, %d in line, %d waiters", q, s.Queued("ch"), s.Waiters())
 	}
-	s.Publish("ch", "") // a release by a lock of the Locker
+	s.Publish("ch", "", false) // a release by a lock of the Locker
 	select {
 	case <-a.C():
 	case <-time.After(10 * time.Second):
