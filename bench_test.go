@@ -587,3 +587,65 @@ func (p renewingPipe) EvalSha(ctx context.Context, sha string, keys []string, _ 
 	cmd.SetVal(codes)
 	return cmd
 }
+
+// BenchmarkSaturated: 32 goroutines saturate the machine with
+// acquire+release pairs, each on its own key, in alternating phases (all
+// raw go-redis EVALSHA pairs, then all ours, four times). It reports our
+// time per pair over raw, and redis-server's CPU per pair (INFO cpu) for
+// each and their ratio. b.N is the number of pairs of each kind.
+func BenchmarkSaturated(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	const workers, rounds = 32, 4
+	warmPool(b, c)
+	locks := make([]*RedisLock, workers)
+	for i := range locks {
+		locks[i] = NewRedisLock(FromGoRedis(c), fmt.Sprint("bench:sat:ours:", i))
+	}
+	per := max(b.N/(workers*rounds), 1) // pairs of each goroutine in each phase
+	phase := func(ours bool) (time.Duration, float64) {
+		cpu0, t0 := serverCPU(b, c), time.Now()
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				keys := []string{fmt.Sprint("bench:sat:raw:", w)}
+				for range per {
+					if !ours {
+						if err := rawPair(ctx, c, keys, "fixed-owner-id-0123456789"); err != nil {
+							b.Error(err)
+							return
+						}
+						continue
+					}
+					if ok, err := locks[w].AcquireCtx(ctx); !ok || err != nil {
+						b.Error(ok, err)
+						return
+					}
+					if ok, err := locks[w].ReleaseCtx(ctx); !ok || err != nil {
+						b.Error(ok, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(t0), serverCPU(b, c) - cpu0
+	}
+	b.ResetTimer()
+	var rawT, oursT time.Duration
+	var rawCPU, oursCPU float64
+	for range rounds {
+		t, cpu := phase(false)
+		rawT, rawCPU = rawT+t, rawCPU+cpu
+		t, cpu = phase(true)
+		oursT, oursCPU = oursT+t, oursCPU+cpu
+	}
+	pairs := float64(rounds * workers * per)
+	b.ReportMetric(float64(oursT)/float64(rawT), "ratio")
+	b.ReportMetric(oursCPU/rawCPU, "server-ratio")
+	b.ReportMetric(rawCPU*1e6/pairs, "raw-server-µs/pair")
+	b.ReportMetric(oursCPU*1e6/pairs, "redislock-server-µs/pair")
+	b.ReportMetric(float64(rawT)/pairs/1e3, "raw-µs/pair")
+}
