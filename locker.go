@@ -33,7 +33,7 @@ type Locker struct {
 	closing  context.Context         // ends when Close begins
 	shut     context.CancelFunc      // ends closing
 	finished chan struct{}           // closed when Close returns
-	wg       sync.WaitGroup          // give-backs, self-releases, hub readers, and its locks' waits
+	wg       sync.WaitGroup          // give-backs, self-releases, and its locks' waits
 
 	wake    *wake.Set // its locks' wake-ups: one subscription per client
 	unheard sync.Map  // keys whose release Redis refused to publish: logged once
