@@ -369,7 +369,8 @@ func (rl *RedisLock) Done() <-chan struct{} {
 }
 
 // Err returns nil while the lock is held, when nothing was held, and after a
-// normal release. Otherwise it returns why the latest hold ended: an error
+// release (also one whose round trip failed: the key then expires with its
+// lease, and ReleaseCtx returned the error). Otherwise it returns why the latest hold ended: an error
 // matching ErrLockLost (also when the final release found the key gone or
 // taken) or ErrMaxHoldExceeded, or the holding context's cause when the
 // lease ran out after that context ended.

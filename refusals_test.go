@@ -685,18 +685,19 @@ func TestFaultRefusals(t *testing.T) {
 
 // TestDocumentedACLIsEnough: the ACL docs/operating.md gives (every
 // command but the dangerous ones, the lock's keys and related keys, its
-// channels) lets every call through: plain, fair and fenced locks,
-// waiting, Inspect, Break and Watch, with go-redis and go-zero's store.
+// channels) lets every call through: plain, fair and fenced locks on keys
+// of each form, waiting, Inspect, Break and Watch, with go-redis and
+// go-zero's store.
 func TestDocumentedACLIsEnough(t *testing.T) {
 	ctx := context.Background()
 	srv := redisserver.Start(t)
-	must(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "~app:*", "~{app:*", "&app:*", "&{app:*", "+@all", "-@dangerous").Err())
+	must(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "~app:*", "~{app:*", "~{*}~app:*", "&app:*", "&{app:*", "&{*}~app:*", "+@all", "-@dangerous").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "app", Password: "pw"})
 	defer c.Close()
 	z := zredis.MustNewRedis(zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: "app", Pass: "pw", DisableIdentity: true})
 	for name, st := range map[string]Scripter{"go-redis": FromGoRedis(c), "go-zero": z} {
-		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}} {
-			key := []string{"app:1", "app:{job}"}[i/2] // plain, and with a hash tag
+		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}, {WithFencing()}, {WithFairness()}} {
+			key := []string{"app:1", "app:{job}", "app:a}b"}[i/2] // plain, with a hash tag, with a stray '}' (round 20)
 			l := NewLocker(st, append(opts, WithPubSub(c))...)
 			holder, waiter := l.NewLock(key), l.NewLock(key)
 			mustAcquire(t, holder)
