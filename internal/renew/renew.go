@@ -338,6 +338,7 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time) {
 		group = perScript
 	}
 	var calls []*store.Call
+	var tags [][]*Lease[T] // each call's leases; its Tag once complete (no boxing each append)
 	var longest time.Duration
 	s.mu.Lock()
 	for i, l := range leases {
@@ -346,7 +347,7 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time) {
 		if last := len(calls) - 1; last >= 0 && len(calls[last].Keys) < group && calls[last].Script == l.script {
 			c := calls[last]
 			c.Keys, c.Args = append(c.Keys, l.key), append(c.Args, l.args[:]...)
-			c.Tag = append(c.Tag.([]*Lease[T]), l)
+			tags[last] = append(tags[last], l)
 			continue
 		}
 		ctx := l.ctx // a call of its own (no pipelines) is bounded by its deadline too
@@ -357,9 +358,13 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time) {
 		}
 		n := min(group, len(leases)-i) // sized once: no growing over 100 keys
 		calls = append(calls, &store.Call{Ctx: ctx, Script: l.script, Keys: append(make([]string, 0, n), l.key),
-			Args: append(make([]any, 0, 2*n), l.args[:]...), Tag: append(make([]*Lease[T], 0, n), l)})
+			Args: append(make([]any, 0, 2*n), l.args[:]...)})
+		tags = append(tags, append(make([]*Lease[T], 0, n), l))
 	}
 	s.mu.Unlock()
+	for i, c := range calls {
+		c.Tag = tags[i]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
 	defer cancel()
 	s.store.RunAll(ctx, calls, func(done []*store.Call) { s.renewed(done, sent) })
