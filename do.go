@@ -5,28 +5,15 @@ import (
 	"errors"
 )
 
-// Do runs fn while holding the lock: the safe way to do work under it.
-//
-// It waits for the lock as AcquireWait does: ctx (and WithWaitTimeout)
-// bound the wait, and when Do gives up it returns an error matching
-// ErrNotAcquired and ctx.Err() without calling fn. Otherwise it calls fn
-// with a context derived from ctx that is also cancelled as soon as the
-// hold ends for any reason other than Do's own release, with that reason as
-// its cause: context.Cause matches ErrLockLost or ErrMaxHoldExceeded. fn
-// must stop its work when its context ends.
-//
-// When fn returns, or panics, Do releases the lock at once (and the panic
-// goes on); when ctx ends while fn runs, fn's context is cancelled and the
-// release follows fn's return, without waiting for the lease to run out.
-// Do returns fn's error, joined with the reason the hold ended if it ended
-// while fn ran, and with the release's error if the release failed (the
-// key then expires with its lease). If the hold ends before fn could be
-// called, fn is not called and Do returns the reason.
-//
-// Called inside a Do of the same RedisLock, Do re-enters the lock, and its
-// release gives back that one acquisition. Should another call release
-// the hold Do took (a misuse), fn's context ends with a cause that matches
-// neither sentinel, and Do gives back nothing of a hold taken after it.
+// Do runs fn while holding the lock: it waits for it as AcquireWait does
+// (giving up without calling fn), calls fn with a context derived from ctx
+// that is also cancelled, with the reason as its cause (ErrLockLost,
+// ErrMaxHoldExceeded), as soon as the hold ends for any reason but Do's own
+// release, and releases the lock as soon as fn returns or panics. It
+// returns fn's error, joined with the reason the hold ended if it ended
+// while fn ran, and the release's error if it failed. A Do inside a Do of
+// the same RedisLock re-enters it, and gives back only its own
+// acquisition. See docs/semantics.md.
 func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if err := rl.check(ctx); err != nil {
 		return err

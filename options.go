@@ -68,20 +68,14 @@ func WithoutWatchdog() Option {
 	return func(o *options) { o.watchdog = false }
 }
 
-// WithFencing makes every first acquisition mint a fencing token, atomically
-// with taking the lock: a per-key counter in Redis that each new holder
+// WithFencing makes every first acquisition mint a fencing token,
+// atomically with taking the lock: a per-key counter that each new holder
 // advances to the larger of its last value plus one and the server's clock
-// in microseconds, so tokens strictly increase across holders, and keep
-// increasing after a failover that lost the last increments as long as the
-// servers' clocks agree. Re-entries and renewals keep the token. Token
-// returns it; pass it to the resource you protect, and have it refuse
-// tokens lower than the highest it has seen.
-//
-// The counter is one more key per lock name, never expiring (an expiry
-// would restart the sequence): the lock key and "#redislock:fence" when the
-// key has a hash tag, else "{key}:redislock:fence" (a key with a '}' but no
-// hash tag takes a tag of its slot), so that it shares the key's Redis
-// Cluster slot.
+// in microseconds, so tokens strictly increase across holders, also after
+// a failover that lost the last increments as long as the servers' clocks
+// agree. Re-entries and renewals keep the token; Token returns it. The
+// counter is a key beside the lock's, in its Redis Cluster slot, that never
+// expires (see docs/fencing.md).
 func WithFencing() Option {
 	return func(o *options) { o.fencing = true }
 }

@@ -181,25 +181,15 @@ func (rl *RedisLock) Acquire() (bool, error) {
 	return rl.AcquireCtx(context.Background())
 }
 
-// AcquireCtx makes one attempt to take the lock. It reports true, nil when
-// the lock was taken, or re-entered by this RedisLock; false, nil when
-// another owner holds it (a key of another type, written by someone else,
-// counts as held: Inspect tells it by ErrWrongType); and false with an
-// error otherwise, matching ErrRefused when Redis refused a command it
-// needed (memory full, a replica, an ACL). ctx bounds the
-// attempt: an already ended ctx gets an error matching ctx.Err() and no
-// round trip.
-//
-// A first acquisition is one round trip that sets the key with SET NX PX
-// semantics. Its ctx is the holding context: it bounds the renewal, not the
-// lock. When it ends, the watchdog stops, and the lock lasts out its current
-// lease unless released first, as go-zero's lock would; Done then closes
-// when that lease runs out by our own accounting, and Err reports
-// context.Cause(ctx). A re-entry is one round trip that verifies ownership
-// and refreshes the lease. A re-entry that finds the key gone or taken ends
-// the hold with ErrLockLost and returns it; so does a first acquisition
-// whose reply came after its lease ran out by our own accounting, which
-// holds nothing and gives the key back.
+// AcquireCtx makes one attempt to take the lock, within ctx: true, nil
+// when it took the lock or re-entered it; false, nil when another owner
+// holds it (a key of another type counts as held); false and an error
+// otherwise (ErrRefused when Redis refused a command it needed; an ended
+// ctx sends nothing). ctx is the holding context of a first acquisition:
+// when it ends, renewal stops and the lock lasts out its lease (Done closes
+// then, Err says why). A first acquisition whose reply came after its lease
+// ran out by our own accounting, or a re-entry that finds the key gone,
+// ends the hold with ErrLockLost. See docs/semantics.md.
 func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
@@ -213,24 +203,13 @@ func (rl *RedisLock) Release() (bool, error) {
 	return rl.ReleaseCtx(context.Background())
 }
 
-// ReleaseCtx gives back one acquisition. It reports true, nil when one was
-// given back; the last ends the hold (Done closes) and then deletes the key,
-// in that order, so the holder never believes it holds a key that another
-// owner may already have taken. No renewal extends the key after ReleaseCtx
-// returns. It reports false, nil when this RedisLock holds nothing, and
-// false with the reason (ErrLockLost, ErrMaxHoldExceeded, or the holding
-// context's cause) for an acquisition of a hold that had already ended.
-//
-// ctx bounds the call's round trip. With an already ended ctx, ReleaseCtx
-// still gives the acquisition back, without a round trip, and returns false
-// and an error matching ctx.Err() (ErrNilContext for a nil ctx): the last one ends the hold and stops its
-// renewal, and the key expires at the end of its lease, so a deferred
-// ReleaseCtx(ctx) never leaves a lock renewing. (A renewal that was in the
-// network then and gets through is undone by the watchdog; a re-entry that
-// had failed with a timeout, if its call reaches Redis later, can refresh
-// the key once more, for one lease.) Likewise if the final
-// release cannot reach Redis: the hold ends all the same, ReleaseCtx returns
-// the error, and the key expires with its lease.
+// ReleaseCtx gives back one acquisition: true, nil when it did; the last
+// one ends the hold (Done closes), then deletes the key, and nothing renews
+// it after ReleaseCtx returns. It reports false, nil when nothing is held,
+// and false with the reason for an acquisition of a hold that had ended.
+// With an ended ctx, or when Redis cannot be reached, the acquisition is
+// given back all the same, the error returned, and the key expires with its
+// lease. See docs/semantics.md.
 func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	return rl.releaseOf(ctx, nil)
 }

@@ -17,36 +17,16 @@ import (
 // context.DeadlineExceeded too), or its RetryStrategy ran out.
 var ErrNotAcquired = errors.New("redislock: not acquired")
 
-// AcquireWait blocks until this RedisLock holds the lock, or ctx ends, or the
-// wait timeout set with WithWaitTimeout passes. A re-entry returns after its
-// round trip, also when this RedisLock takes the lock while the call waits
-// (another goroutine's Acquire or AcquireWait on it). As with AcquireCtx, ctx is the holding context of a first
-// acquisition: it bounds the renewal of the hold, not the lock. To bound the
-// wait alone, use WithWaitTimeout.
-//
-// It makes a first attempt at once; only if the lock is busy does it
-// subscribe to the release channel derived from the key and, once the
-// server has confirmed the subscription, attempt again, so that no release
-// can be missed and waiting on a free lock costs what an acquisition costs.
-// Then it waits without polling: a release publishes a wake-up, and the
-// waiter that has waited longest in this process (per Locker and pub/sub
-// client) makes the next attempt; the others wait behind it, so waiters of
-// one process acquire in arrival order and a release costs one attempt per
-// waiting process. An attempt that loses learns the holder's remaining
-// lease, and the next attempt comes when it ends, a millisecond past the
-// PTTL it read (a holder that crashed publishes nothing). Without wake-ups (no pub/sub client, or the
-// subscription down), attempts are paced by the RetryStrategy, and only
-// the first in line makes them (each fair waiter makes its own: a handoff to
-// it from another process is learnt by its attempt). A release by a lock of
-// the same Locker wakes them as a published one would.
-//
-// When it gives up it returns an error matching ErrNotAcquired and
-// ctx.Err() (or context.DeadlineExceeded for the wait timeout), also when
-// ctx had already ended. When this RedisLock's hold has ended (lost, say)
-// and is not yet released, it returns that reason at once, as AcquireCtx
-// does. A Redis error is returned as such, and so is ErrLockLost for an
-// attempt that took the lock but whose reply came after its lease ran out
-// (see AcquireCtx).
+// AcquireWait blocks until this RedisLock holds the lock (a first
+// acquisition, or a re-entry), ctx ends, or the wait timeout of
+// WithWaitTimeout passes. As with AcquireCtx, ctx is the holding context of
+// a first acquisition. It attempts at once, then waits without polling: a
+// release wakes it (through pub/sub, see WithPubSub), and without wake-ups
+// its RetryStrategy paces it, never later than the holder's lease; see
+// docs/waiting.md. Giving up returns an error matching ErrNotAcquired and
+// ctx.Err() (context.DeadlineExceeded for the wait timeout); a hold of
+// this RedisLock that ended and is not released returns its reason at
+// once; a Redis error (ErrRefused, say) is returned as it is.
 func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
