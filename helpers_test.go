@@ -51,10 +51,7 @@ func TestMain(m *testing.M) {
 // attempts, self-releases) of every store's default Locker and of the
 // locks given. No test runs in parallel with another.
 func waitGiveBacks(rls ...*RedisLock) {
-	defaultLockers.Range(func(_, l any) bool {
-		l.(*Locker).wg.Wait()
-		return true
-	})
+	eachDefaultLocker(func(l *Locker) { l.wg.Wait() })
 	for _, rl := range rls {
 		rl.locker.wg.Wait()
 	}
@@ -290,4 +287,20 @@ func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, k
 func queuedHere(rl *RedisLock) bool {
 	queued, _ := rl.locker.wake.Waiting(rl, rl.pubsub, rl.channel)
 	return queued
+}
+
+// eachDefaultLocker calls f with every default Locker alive.
+func eachDefaultLocker(f func(*Locker)) {
+	d := &defaultLockers
+	d.Lock()
+	var all []*Locker
+	for _, wl := range d.m {
+		if l := wl.Value(); l != nil {
+			all = append(all, l)
+		}
+	}
+	d.Unlock()
+	for _, l := range all {
+		f(l)
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
+	"weak"
 
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/renew"
@@ -23,7 +25,7 @@ var ErrLockerClosed = errors.New("redislock: locker closed")
 // hold still held and returns once nothing of its locks runs. Make it with
 // NewLocker; the zero value is not usable. A Locker is safe for concurrent
 // use. The locks of NewRedisLock share their store's default Locker, which
-// lives as long as the process and is never closed.
+// lives as long as they do and is never closed.
 type Locker struct {
 	store    *store.Store
 	opts     []Option
@@ -70,27 +72,47 @@ func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
 	return l
 }
 
-// defaultLockers holds the default Locker of each store, by store (by
-// client, for FromGoRedis).
-var defaultLockers sync.Map
+// defaultLockers holds the default Locker of each store (each client, for
+// FromGoRedis), both weakly: a Locker lives as long as its locks, and a
+// store dropped with its locks takes its Locker with it.
+var defaultLockers struct {
+	sync.Mutex
+	m map[weak.Pointer[byte]]weak.Pointer[Locker]
+}
 
 // defaultLocker returns store's default Locker on c: one per store (per
-// client, for FromGoRedis) for the life of the process on the real clock,
-// one per lock on another clock (a test's) or for a store that cannot be a
-// map key.
+// client, for FromGoRedis) on the real clock, while any of its locks
+// lives; one per lock on another clock (a test's) or for a store that is
+// not a pointer.
 func defaultLocker(s Scripter, c clock.Clock) *Locker {
-	key := any(s)
+	key := reflect.ValueOf(s)
 	if client, ok := store.Client(s); ok {
-		key = client // a pointer, as a rule: no walk through a struct
+		key = reflect.ValueOf(client) // a pointer, as a rule
 	}
-	if _, real := c.(clock.Real); !real || store.IsNil(s) || !reflect.ValueOf(key).Comparable() {
+	if _, real := c.(clock.Real); !real || store.IsNil(s) || key.Kind() != reflect.Pointer {
 		return newLocker(s, c, nil, true)
 	}
-	if v, ok := defaultLockers.Load(key); ok {
-		return v.(*Locker)
+	ptr := (*byte)(key.UnsafePointer())
+	wk := weak.Make(ptr)
+	d := &defaultLockers
+	d.Lock()
+	defer d.Unlock()
+	if l := d.m[wk].Value(); l != nil {
+		return l
 	}
-	v, _ := defaultLockers.LoadOrStore(key, newLocker(s, c, nil, true))
-	return v.(*Locker)
+	l := newLocker(s, c, nil, true)
+	if d.m == nil {
+		d.m = map[weak.Pointer[byte]]weak.Pointer[Locker]{}
+	}
+	d.m[wk] = weak.Make(l)
+	runtime.AddCleanup(l, func(wk weak.Pointer[byte]) {
+		d.Lock()
+		defer d.Unlock()
+		if d.m[wk].Value() == nil { // not a newer Locker's
+			delete(d.m, wk)
+		}
+	}, wk)
+	return l
 }
 
 // spawn runs f in a goroutine that Close waits for; once Close has

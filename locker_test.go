@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -708,4 +711,37 @@ func TestLockerCloseRacingEveryCall(t *testing.T) {
 		}
 	}
 	requireLockerIdle(t, l)
+}
+
+// TestDefaultLockerGoesWithItsStore: the default Locker of a store that is
+// dropped with its locks is collected, and its entry goes (issue 26: the
+// registry held every store's Locker, and so the store, for ever).
+func TestDefaultLockerGoesWithItsStore(t *testing.T) {
+	_, c0 := newMini(t)
+	registered := func(wk weak.Pointer[byte]) bool {
+		defaultLockers.Lock()
+		defer defaultLockers.Unlock()
+		_, ok := defaultLockers.m[wk]
+		return ok
+	}
+	wk := func() weak.Pointer[byte] {
+		c := redis.NewClient(&redis.Options{Addr: c0.Options().Addr})
+		defer c.Close()
+		a, b := NewRedisLock(FromGoRedis(c), "a"), NewRedisLock(FromGoRedis(c), "b")
+		mustAcquire(t, a)
+		mustRelease(t, a)
+		wk := weak.Make((*byte)(reflect.ValueOf(c).UnsafePointer()))
+		if a.locker != b.locker || !registered(wk) {
+			t.Fatal("locks of one client do not share one registered default Locker")
+		}
+		return wk
+	}()
+	for range 50 {
+		if !registered(wk) {
+			return
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the default Locker of a dropped store is still registered")
 }

@@ -789,3 +789,25 @@ func TestFairWaiterRefusedForMemoryLeavesTheQueue(t *testing.T) {
 	}
 	mustRelease(t, holder)
 }
+
+// TestReadsAnswerDuringClientPauseWrite: Inspect and TTL send read-only
+// scripts, which CLIENT PAUSE WRITE lets through, where EVALSHA would wait
+// for the whole pause (issue 25).
+func TestReadsAnswerDuringClientPauseWrite(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	rl := NewRedisLock(FromGoRedis(srv.Client(t)), "paused", WithExpiry(time.Minute))
+	mustAcquire(t, rl)
+	must(t, srv.Client(t).Do(ctx, "CLIENT", "PAUSE", 3000, "WRITE").Err())
+	defer srv.Client(t).Do(ctx, "CLIENT", "UNPAUSE")
+	cctx, cancel := context.WithTimeout(ctx, time.Second) // a third of the pause
+	defer cancel()
+	if st, err := rl.Inspect(cctx); err != nil || st.Owner != rl.Owner() {
+		t.Errorf("Inspect during the pause = %+v, %v", st, err)
+	}
+	if left, err := rl.TTL(cctx); err != nil || left <= 0 {
+		t.Errorf("TTL during the pause = %v, %v", left, err)
+	}
+	must(t, srv.Client(t).Do(ctx, "CLIENT", "UNPAUSE").Err())
+	mustRelease(t, rl)
+}

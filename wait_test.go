@@ -342,10 +342,7 @@ func queueLen(rl *RedisLock) int { return rl.locker.wake.Queued(rl.channel) }
 func requireNoHubs(t testing.TB) {
 	t.Helper()
 	open := func() (n int) {
-		defaultLockers.Range(func(_, l any) bool {
-			n += l.(*Locker).wake.Hubs()
-			return true
-		})
+		eachDefaultLocker(func(l *Locker) { n += l.wake.Hubs() })
 		return n
 	}
 	// A subscription lingers after its last waiter left (see linger).

@@ -56,10 +56,7 @@ func requireNoSchedulers(t *testing.T) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "default Lockers idle", func() bool {
 		idle := true
-		defaultLockers.Range(func(_, l any) bool {
-			idle = idle && l.(*Locker).renewals.Idle()
-			return idle
-		})
+		eachDefaultLocker(func(l *Locker) { idle = idle && l.renewals.Idle() })
 		return idle
 	})
 }
