@@ -12,7 +12,7 @@ import (
 // holding as its holding context. The caller holds rl.op.
 func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
-	sent := rl.clock.Now()
+	sent := rl.locker.clock.Now()
 	var token int64
 	var pttl time.Duration
 	var err error
@@ -20,7 +20,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
 	} else {
 		var reply any
-		if reply, err = rl.store.Run(ctx, store.Acquire, rl.acquireKeys, id, lease.Milliseconds()); err == nil {
+		if reply, err = rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, id, lease.Milliseconds()); err == nil {
 			token, pttl, err = store.ParseAcquire(reply, rl.fenced())
 		}
 	}
@@ -50,7 +50,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 // reenter counts one more acquisition of a live hold, as acquire. The
 // caller holds rl.op.
 func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error) {
-	sent := rl.clock.Now()
+	sent := rl.locker.clock.Now()
 	ok, err := rl.extend(ctx, h.id, h.lease)
 	if err != nil {
 		return false, opErr("re-enter", rl.key, err)
@@ -144,8 +144,8 @@ func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok
 // extend verifies that id owns the key and refreshes its lease. It reports
 // false, nil when the key does not hold id: a definite loss.
 func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	c := &store.Call{Script: store.Extend, Keys: rl.acquireKeys[:1], Args: []any{id, lease.Milliseconds()}}
-	c.Reply, c.Err = rl.store.Run(ctx, c.Script, c.Keys, c.Args...)
+	c := &store.Call{Script: store.Extend, Keys: rl.names.acquire[:1], Args: []any{id, lease.Milliseconds()}}
+	c.Reply, c.Err = rl.locker.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	codes, err := store.RenewalCodes(c, 1)
 	if err != nil {
 		return false, err

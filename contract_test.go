@@ -207,7 +207,7 @@ func TestAbandonedAcquisitionLeavesNoOrphan(t *testing.T) {
 	other := NewRedisLock(FromGoRedis(c), "k")
 	mustAcquire(t, other)
 	mustRelease(t, other)
-	reply, err := FromGoRedis(c).ScriptRunCtx(context.Background(), acquireScript, rl.acquireKeys, "late-attempt", 10000)
+	reply, err := FromGoRedis(c).ScriptRunCtx(context.Background(), acquireScript, rl.names.acquire, "late-attempt", 10000)
 	if err != nil || mr.Exists("k") {
 		t.Fatalf("late acquisition: %v, %v; key exists %v", reply, err, mr.Exists("k"))
 	}
@@ -977,7 +977,7 @@ func TestFirstAcquisitionWithALateReplyHoldsNothing(t *testing.T) {
 			waitQueued(t, c, rl.Key(), 1)
 			// The key gone, and its release published: rl's attempt takes it, late.
 			c.Del(context.Background(), rl.Key())
-			c.Publish(context.Background(), rl.channel, "")
+			c.Publish(context.Background(), rl.names.channel, "")
 			return <-got
 		}},
 	} {

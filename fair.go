@@ -29,16 +29,16 @@ func WithFairness() Option {
 }
 
 // fair reports whether rl is a fair lock.
-func (rl *RedisLock) fair() bool { return rl.queue != "" }
+func (rl *RedisLock) fair() bool { return rl.line != nil }
 
 // fenced reports whether rl mints fencing tokens.
-func (rl *RedisLock) fenced() bool { return len(rl.acquireKeys) > 2 }
+func (rl *RedisLock) fenced() bool { return len(rl.names.acquire) > 2 }
 
 // fairKeys returns the keys of fair_acquire.lua.
 func (rl *RedisLock) fairKeys() []string {
-	keys := []string{rl.key, rl.acquireKeys[1], rl.queue, rl.waiters}
+	keys := []string{rl.key, rl.names.acquire[1], rl.names.queue, rl.names.waiters}
 	if rl.fenced() {
-		keys = append(keys, rl.acquireKeys[2])
+		keys = append(keys, rl.names.acquire[2])
 	}
 	return keys
 }
@@ -48,11 +48,20 @@ func (rl *RedisLock) fairKeys() []string {
 // taken; else -1, how long to wait before the next attempt, and the
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
-	reply, err := rl.store.Run(ctx, store.FairAcquire, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
+	reply, err := rl.locker.store.Run(ctx, store.FairAcquire, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	return store.ParseFairAcquire(reply, rl.fenced())
+}
+
+// fairLine is what the fair waits of one RedisLock share: one waits at a
+// time (turn), and a place in the queue left by a call that gave up passes
+// to the next (parked). waits and parked are guarded by RedisLock.mu.
+type fairLine struct {
+	turn   chan struct{}
+	waits  int         // AcquireWait calls under way
+	parked *fairWaiter // a place in the queue, left to the next call
 }
 
 // A fairWaiter is a fair wait's place in the key's queue in Redis.
@@ -71,13 +80,13 @@ type fairWaiter struct {
 // if any, and whether it has the turn; endFairWait ends it either way.
 func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, turn bool, err error) {
 	rl.mu.Lock()
-	rl.fairWaits++
+	rl.line.waits++
 	rl.mu.Unlock()
 	select {
-	case rl.fairTurn <- struct{}{}: // a free turn is taken, whatever the wait timeout
+	case rl.line.turn <- struct{}{}: // a free turn is taken, whatever the wait timeout
 	default:
 		select {
-		case rl.fairTurn <- struct{}{}:
+		case rl.line.turn <- struct{}{}:
 		case <-waitCtx.Done():
 			return nil, false, rl.gaveUp(waitCtx)
 		case <-rl.lockerDone():
@@ -86,7 +95,7 @@ func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, tur
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	fw, rl.parked = rl.parked, nil
+	fw, rl.line.parked = rl.line.parked, nil
 	return fw, true, nil
 }
 
@@ -96,17 +105,17 @@ func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, tur
 // queue, passing on a lock handed to it, before its wait returns.
 func (rl *RedisLock) endFairWait(ctx context.Context, fw *fairWaiter, turn bool) {
 	rl.mu.Lock()
-	rl.fairWaits--
+	rl.line.waits--
 	if fw != nil && !fw.taken {
-		rl.parked = fw
+		rl.line.parked = fw
 	}
 	var last *fairWaiter
-	if rl.fairWaits == 0 {
-		last, rl.parked = rl.parked, nil
+	if rl.line.waits == 0 {
+		last, rl.line.parked = rl.line.parked, nil
 	}
 	rl.mu.Unlock()
 	if turn {
-		<-rl.fairTurn
+		<-rl.line.turn
 	}
 	if last != nil {
 		rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
@@ -131,10 +140,10 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *s
 	// A handoff counts if it is of fw's latest place in the queue, and the
 	// lease it gave is still ahead by our accounting: the key was set
 	// after the latest round trip that found fw waiting was sent.
-	if m != nil && m.Seq == fw.seq && rl.clock.Now().Before(fw.until) {
+	if m != nil && m.Seq == fw.seq && rl.locker.clock.Now().Before(fw.until) {
 		return true, 0, rl.takeOver(holding, fw, m.Token, fw.until)
 	}
-	sent := rl.clock.Now()
+	sent := rl.locker.clock.Now()
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
 	switch {
 	case err != nil:

@@ -649,7 +649,7 @@ func TestFairPlaceOutlivesTheCallThatGaveUp(t *testing.T) {
 	waitFor(t, 10*time.Second, "the second call waiting for its turn", func() bool {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
-		return shared.fairWaits == 2
+		return shared.line.waits == 2
 	})
 	go func() { third <- later.AcquireWait(context.Background()) }()
 	waitQueued(t, admin, key, 2)

@@ -51,9 +51,9 @@ func TestMain(m *testing.M) {
 // attempts, self-releases) of every store's default Locker and of the
 // locks given. No test runs in parallel with another.
 func waitGiveBacks(rls ...*RedisLock) {
-	eachDefaultLocker(func(l *Locker) { l.wg.Wait() })
+	eachDefaultLocker(func(l *Locker) { l.life.wg.Wait() })
 	for _, rl := range rls {
-		rl.locker.wg.Wait()
+		rl.locker.life.wg.Wait()
 	}
 }
 
@@ -285,7 +285,7 @@ func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, k
 // queuedHere reports whether AcquireWaits of this process queue for rl's
 // key on rl's pub/sub client.
 func queuedHere(rl *RedisLock) bool {
-	queued, _ := rl.locker.wake.Waiting(rl, rl.pubsub, rl.channel)
+	queued, _ := rl.locker.wake.Waiting(rl, rl.opts.pubsub, rl.names.channel)
 	return queued
 }
 

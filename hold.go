@@ -33,7 +33,6 @@ type hold struct {
 	id      string
 	token   int64         // fencing token; 0 without WithFencing
 	lease   time.Duration // fixed for the hold's life
-	started time.Time     // when the first acquisition was sent
 	parent  context.Context
 	done    chan struct{}       // closed when the hold ends
 	unbind  func() bool         // stops the context.AfterFunc on parent
@@ -62,16 +61,15 @@ func (h *hold) live() bool { return h.state != ended }
 // says why, when until has passed (the reply came too late) or the lock's
 // Locker is closed.
 func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Duration, token int64, until time.Time) error {
-	if !rl.clock.Now().Before(until) {
+	if !rl.locker.clock.Now().Before(until) {
 		return fmt.Errorf("%w: %w before the reply came", ErrLockLost, errLeaseRanOut)
 	}
 	l := rl.locker
 	h := &hold{id: id, token: token, lease: lease, parent: holding, done: make(chan struct{}), rl: rl,
 		state: renewing, count: 1}
-	h.started = until.Add(-(lease - renew.Margin(lease))) // the acquisition was sent then, or later
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if h.renewal = l.renewals.Add(h, holding, store.Extend, rl.key, id, lease, until, rl.maxHold, rl.watchdog); h.renewal == nil {
+	if h.renewal = l.renewals.Add(h, holding, store.Extend, rl.key, id, lease, until, rl.opts.maxHold, rl.opts.watchdog); h.renewal == nil {
 		return ErrLockerClosed
 	}
 	rl.cur = h
@@ -108,7 +106,7 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	}
 	rl.closeLocked(h, cause)
 	rl.countEnd(h, cause)
-	asked := !rl.watchdog && errors.Is(cause, errLeaseRanOut) // WithoutWatchdog: the lease ran out, as it was to
+	asked := !rl.opts.watchdog && errors.Is(cause, errLeaseRanOut) // WithoutWatchdog: the lease ran out, as it was to
 	switch {
 	case !asked && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrMaxHoldExceeded)):
 		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
@@ -148,7 +146,7 @@ func (rl *RedisLock) leaseRanOutLocked(h *hold, lastErr error) {
 		err = fmt.Errorf("redislock: %q: the lease ran out after the holding context ended: %w", rl.key, context.Cause(h.parent))
 	case lastErr != nil:
 		err = fmt.Errorf("%w: %q: %w while renewals failed: %w", ErrLockLost, rl.key, errLeaseRanOut, lastErr)
-	case rl.watchdog:
+	case rl.opts.watchdog:
 		err = fmt.Errorf("%w: %q: %w before a renewal got through", ErrLockLost, rl.key, errLeaseRanOut)
 	default:
 		err = fmt.Errorf("%w: %q: %w: %v (no watchdog)", ErrLockLost, rl.key, errLeaseRanOut, h.lease)
@@ -164,7 +162,7 @@ func (rl *RedisLock) leaseRanOutLocked(h *hold, lastErr error) {
 func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 	releasing := make(chan struct{})
 	h.selfRelease = releasing
-	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.maxHold))
+	rl.endLocked(h, fmt.Errorf("%w: %q held for %v", ErrMaxHoldExceeded, rl.key, rl.opts.maxHold))
 	rl.locker.spawn(func() { // a round trip of its own, never on the scheduler's path
 		defer close(releasing)
 		rl.letGo(h.parent, h.id, h.lease, 0, true)

@@ -31,14 +31,17 @@ type Locker struct {
 	opts     []Option
 	clock    clock.Clock
 	renewals *renew.Scheduler[*hold] // its holds' renewals, lease deadlines and maximum holds
-	shared   bool                    // a store's default Locker: never closed
-	closing  context.Context         // ends when Close begins
-	shut     context.CancelFunc      // ends closing
-	finished chan struct{}           // closed when Close returns
-	wg       sync.WaitGroup          // give-backs, self-releases, and its locks' waits
+	wake     *wake.Set               // its locks' wake-ups: one subscription per client
+	life     lifetime
+}
 
-	wake    *wake.Set // its locks' wake-ups: one subscription per client
-	unheard sync.Map  // keys whose release Redis refused to publish: logged once
+// lifetime is a Locker's life: what Close ends and waits for.
+type lifetime struct {
+	shared   bool               // a store's default Locker: never closed
+	closing  context.Context    // ends when Close begins
+	shut     context.CancelFunc // ends closing
+	finished chan struct{}      // closed when Close returns
+	wg       sync.WaitGroup     // give-backs, self-releases, and its locks' waits
 
 	mu     sync.Mutex
 	joined bool    // Close has waited for its goroutines: start no more
@@ -48,9 +51,9 @@ type Locker struct {
 // failed records a release that failed after Close began, for Close to
 // return.
 func (l *Locker) failed(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.late = append(l.late, err)
+	l.life.mu.Lock()
+	defer l.life.mu.Unlock()
+	l.life.late = append(l.life.late, err)
 }
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
@@ -65,9 +68,9 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 }
 
 func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
-	l := &Locker{store: store.New(s), opts: opts, clock: c, shared: shared, finished: make(chan struct{}),
-		wake: wake.NewSet(c)}
-	l.closing, l.shut = context.WithCancel(context.Background())
+	l := &Locker{store: store.New(s), opts: opts, clock: c, wake: wake.NewSet(c)}
+	l.life.shared, l.life.finished = shared, make(chan struct{})
+	l.life.closing, l.life.shut = context.WithCancel(context.Background())
 	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals)
 	return l
 }
@@ -123,7 +126,7 @@ func (l *Locker) spawn(f func()) {
 		return
 	}
 	go func() {
-		defer l.wg.Done()
+		defer l.life.wg.Done()
 		f()
 	}()
 }
@@ -131,12 +134,12 @@ func (l *Locker) spawn(f func()) {
 // enter counts one more goroutine that Close waits for, and reports false,
 // counting nothing, once Close has waited.
 func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.joined {
+	l.life.mu.Lock()
+	defer l.life.mu.Unlock()
+	if l.life.joined {
 		return false
 	}
-	l.wg.Add(1)
+	l.life.wg.Add(1)
 	return true
 }
 
@@ -144,7 +147,7 @@ func (l *Locker) enter() bool {
 // the Locker's defaults. As with NewRedisLock, invalid arguments are
 // reported by the first call that needs them.
 func (l *Locker) NewLock(key string, opts ...Option) *RedisLock {
-	if l == nil || l.closing == nil {
+	if l == nil || l.life.closing == nil {
 		return NewRedisLock(nil, key) // reports ErrNilStore
 	}
 	all := make([]Option, 0, len(l.opts)+len(opts))
@@ -188,20 +191,20 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // taken. A Close of a closed Locker returns nil once the first Close has
 // returned.
 func (l *Locker) Close() error {
-	if l == nil || l.closing == nil {
+	if l == nil || l.life.closing == nil {
 		return ErrNilStore
 	}
-	l.mu.Lock()
+	l.life.mu.Lock()
 	select {
-	case <-l.closing.Done():
-		l.mu.Unlock()
-		<-l.finished // another Close's
+	case <-l.life.closing.Done():
+		l.life.mu.Unlock()
+		<-l.life.finished // another Close's
 		return nil
 	default:
 	}
-	l.shut()
-	defer close(l.finished)
-	l.mu.Unlock()
+	l.life.shut()
+	defer close(l.life.finished)
+	l.life.mu.Unlock()
 	held := map[*hold]bool{}
 	for _, h := range l.renewals.Close() { // no hold begins any more
 		held[h] = true
@@ -236,17 +239,17 @@ func (l *Locker) Close() error {
 			}
 		}
 	})
-	l.mu.Lock()
-	l.joined = true
-	l.mu.Unlock()
+	l.life.mu.Lock()
+	l.life.joined = true
+	l.life.mu.Unlock()
 	l.wake.Close() // lingering channels; a hub with waiters closes as its last one leaves
 	l.renewals.Wait()
-	l.wg.Wait() // give-backs, self-releases, and its locks' waits
+	l.life.wg.Wait() // give-backs, self-releases, and its locks' waits
 	l.wake.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return errors.Join(l.late...)
+	l.life.mu.Lock()
+	defer l.life.mu.Unlock()
+	return errors.Join(l.life.late...)
 }
 
 // isClosed reports whether Close was called.
-func (l *Locker) isClosed() bool { return l.closing.Err() != nil }
+func (l *Locker) isClosed() bool { return l.life.closing.Err() != nil }

@@ -81,7 +81,7 @@ func (rl *RedisLock) countEnd(h *hold, cause error) {
 	default:
 		end = "context"
 	}
-	metricHold.ObserveFloat(rl.clock.Now().Sub(h.started).Seconds(), label(end)...)
+	metricHold.ObserveFloat(rl.locker.clock.Now().Sub(h.renewal.Started()).Seconds(), label(end)...)
 	metricHeld.Dec()
 }
 

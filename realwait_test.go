@@ -97,7 +97,7 @@ func TestRealWaitersTakeTurns(t *testing.T) {
 	}
 	h.require(t, waiters)
 	requireNoHubs(t)
-	requireNoSubscribers(t, c, blocker.channel)
+	requireNoSubscribers(t, c, blocker.names.channel)
 }
 
 func TestRealReleaseEndsWaitNotLease(t *testing.T) {
@@ -303,8 +303,8 @@ func TestRealWaiterTriesOnceAfterItsSubscriptionHeals(t *testing.T) {
 	go func() { got <- waiter.AcquireWait(context.Background()) }()
 	ctx := context.Background()
 	subscribed := func() bool {
-		n := admin.PubSubNumSub(ctx, waiter.channel).Val()
-		return n[waiter.channel] == 1
+		n := admin.PubSubNumSub(ctx, waiter.names.channel).Val()
+		return n[waiter.names.channel] == 1
 	}
 	waitFor(t, 10*time.Second, "the waiter subscribed, after its two attempts", func() bool {
 		return subscribed() && spied.count(acquireScript) == 2

@@ -36,38 +36,31 @@ import (
 // it ended); until then Acquire fails with the same error, so a lost lock is
 // never re-taken behind the back of code that believes it still holds it.
 type RedisLock struct {
-	store       *store.Store // its Locker's
-	key         string
-	acquireKeys []string // key, abandoned attempts[, fencing counter]
-	releaseKeys []string // key, "" for the release marker[, queue, waiters, fencing counter]
-	markers     string   // the release markers' names, less the owner id
-	err         error    // bad construction, reported by every call
-	expiry      atomic.Int64
-	maxHold     time.Duration
-	waitTimeout time.Duration // 0: AcquireWait and Do wait as long as their context
-	watchdog    bool
-	clock       clock.Clock
-	retry       RetryStrategy
-	pubsub      Subscriber    // nil: no wake-ups
-	channel     string        // where releases are published
-	locker      *Locker       // its own, or its store's default Locker
-	queue       string        // a fair lock's queue of waiters; "" for others
-	waiters     string        // a fair lock's hash of its waiters' liveness
-	fairTurn    chan struct{} // a fair lock's: one fair wait at a time
+	key    string
+	names  names         // of its related keys and channel
+	err    error         // bad construction, reported by every call
+	opts   options       // as made; its lease is expiry's
+	expiry atomic.Int64  // the lease of the next first acquisition (SetExpire)
+	locker *Locker       // its own, or its store's default Locker
+	line   *fairLine     // a fair lock's waits; nil for others
+	op     chan struct{} // a token that serializes the calls that talk to Redis, taken within their context
 
-	// op is a token that serializes the calls that talk to Redis; a call
-	// waits for it within its context.
-	op chan struct{}
+	// Locks are taken in this order: a RedisLock's mu, then its Locker's
+	// scheduler's or wake-up Set's. A RedisLock's mu is never held over a
+	// call to Redis.
+	mu    sync.Mutex    // guards cur, began, line's waits and parked, and the fields of holds marked so
+	cur   *hold         // the current or most recent hold
+	began chan struct{} // closed when the next hold begins; made by heldChange
+}
 
-	// Locks are taken in this order: a RedisLock's mu, then its scheduler's
-	// (renewals.mu) or its Locker's; a Locker's mu, then a hub's. Neither a
-	// RedisLock's mu nor a Locker's is held over a call to Redis (a hub's
-	// is, over the SUBSCRIBE or UNSUBSCRIBE it sends).
-	mu        sync.Mutex    // guards cur, began, fairWaits, parked and the fields of holds marked so
-	cur       *hold         // the current or most recent hold
-	began     chan struct{} // closed when the next hold begins; made by heldChange
-	fairWaits int           // a fair lock's AcquireWait calls under way
-	parked    *fairWaiter   // a fair lock's place in the queue, left by a call that gave up to the next
+// names are the Redis names a lock uses beside its key.
+type names struct {
+	acquire []string // key, abandoned attempts[, fencing counter]
+	release []string // key, "" for the release marker[, queue, waiters, fencing counter]
+	markers string   // the release markers' names, less the owner id
+	channel string   // where releases are published
+	queue   string   // a fair lock's queue of waiters
+	waiters string   // a fair lock's hash of its waiters' liveness
 }
 
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
@@ -92,25 +85,17 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	if o.fencing {
 		acquireKeys = append(acquireKeys, relatedName(key, "fence"))
 	}
-	rl := &RedisLock{
-		key:         key,
-		acquireKeys: acquireKeys,
-		releaseKeys: []string{key, ""},
-		markers:     relatedName(key, "release:"),
-		maxHold:     o.maxHold,
-		waitTimeout: o.waitTimeout,
-		watchdog:    o.watchdog,
-		retry:       o.retry,
-		pubsub:      o.pubsub,
-		channel:     relatedName(key, "released"),
-		op:          make(chan struct{}, 1),
-	}
+	rl := &RedisLock{key: key, opts: o, op: make(chan struct{}, 1), names: names{
+		acquire: acquireKeys,
+		release: []string{key, ""},
+		markers: relatedName(key, "release:"),
+		channel: relatedName(key, "released"),
+	}}
 	if o.fair {
-		rl.queue = relatedName(key, "queue")
-		rl.waiters = relatedName(key, "waiters")
+		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
-		rl.releaseKeys = append(rl.releaseKeys, rl.queue, rl.waiters, relatedName(key, "fence"))
-		rl.fairTurn = make(chan struct{}, 1)
+		rl.names.release = append(rl.names.release, rl.names.queue, rl.names.waiters, relatedName(key, "fence"))
+		rl.line = &fairLine{turn: make(chan struct{}, 1)}
 	}
 	switch {
 	case store.IsNil(s):
@@ -127,9 +112,9 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	if locker == nil {
 		locker = defaultLocker(s, o.clock)
 	}
-	rl.locker, rl.clock, rl.store = locker, locker.clock, locker.store
+	rl.locker = locker
 	if !o.pubsubSet {
-		rl.pubsub = rl.store.Sub // wake-ups through the same client, if it has pub/sub
+		rl.opts.pubsub = locker.store.Sub // wake-ups through the same client, if it has pub/sub
 	}
 	rl.expiry.Store(int64(o.expiry))
 	return rl
@@ -167,7 +152,7 @@ func (rl *RedisLock) check(ctx context.Context) error {
 		return ErrNilStore
 	case rl.err != nil:
 		return rl.err
-	case rl.store == nil || rl.clock == nil || rl.op == nil:
+	case rl.locker == nil || rl.op == nil:
 		return ErrNilStore
 	case ctx == nil:
 		return ErrNilContext
@@ -275,7 +260,7 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if h == nil {
 		return 0, ErrNotHeld
 	}
-	reply, err := rl.store.Run(ctx, store.TTL, rl.acquireKeys[:1], h.id)
+	reply, err := rl.locker.store.Run(ctx, store.TTL, rl.names.acquire[:1], h.id)
 	if err != nil {
 		return 0, opErr("ttl", rl.key, err)
 	}

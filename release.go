@@ -72,24 +72,24 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 // for that long, and a late run of it will not take the lock.
 func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Duration) (bool, error) {
 	c := rl.releaseCall(ctx, id, abandon)
-	c.Reply, c.Err = rl.store.Run(ctx, c.Script, c.Keys, c.Args...)
+	c.Reply, c.Err = rl.locker.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	code, err := rl.locker.releaseResult(c)
 	if code != 0 { // no message tells the waiters without pub/sub, nor any when Redis refused it
 		handoff, _ := c.Reply.(string)
-		rl.locker.wake.Publish(rl.channel, strings.TrimPrefix(handoff, "!"), code == 3)
+		rl.locker.wake.Publish(rl.names.channel, strings.TrimPrefix(handoff, "!"), code == 3)
 	}
 	return code != 0, err
 }
 
 // releaseCall returns release's script call, tagged with rl.
 func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *store.Call {
-	c := &store.Call{Ctx: ctx, Script: store.Release, Keys: slices.Clone(rl.releaseKeys), Args: []any{id, rl.channel}, Tag: rl}
-	c.Keys[1] = rl.markers + id // this release's marker
+	c := &store.Call{Ctx: ctx, Script: store.Release, Keys: slices.Clone(rl.names.release), Args: []any{id, rl.names.channel}, Tag: rl}
+	c.Keys[1] = rl.names.markers + id // this release's marker
 	if rl.fair() {
 		c.Script = store.FairRelease // hands the lock to the next live waiter
 	}
 	if abandon > 0 {
-		c.Keys = append(c.Keys, rl.acquireKeys[1])
+		c.Keys = append(c.Keys, rl.names.acquire[1])
 		c.Args = append(c.Args, abandon.Milliseconds())
 	}
 	return c
@@ -110,7 +110,7 @@ func (l *Locker) releaseResult(c *store.Call) (int64, error) {
 // release of key: the Locker's own waiters are told, others wait until
 // their next attempt.
 func (l *Locker) wakeupRefused(key string) {
-	if _, logged := l.unheard.LoadOrStore(key, true); !logged {
+	if l.wake.Unheard(key) {
 		logx.Errorf("redislock: Redis refused to publish the release of %q (an ACL without its channel?): waiters in other processes are not woken", key)
 	}
 }
@@ -130,7 +130,7 @@ const abandonedFor = time.Minute
 // whatever ctx does.
 func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.Duration, now bool) {
 	ctx = context.WithoutCancel(ctx)
-	end, closing := time.Now().Add(lease), rl.locker.closing.Done()
+	end, closing := time.Now().Add(lease), rl.locker.life.closing.Done()
 	closed := func() { // Close's two seconds, for the tries left
 		closing = nil
 		if budget := time.Now().Add(selfReleaseTimeout); budget.Before(end) {

@@ -62,7 +62,7 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
-	reply, err := rl.store.Run(ctx, store.Inspect, keys)
+	reply, err := rl.locker.store.Run(ctx, store.Inspect, keys)
 	if err != nil {
 		return Status{}, err
 	}
@@ -123,7 +123,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		return st, nil // nothing to break
 	}
 	keys := []string{rl.key, relatedName(rl.key, "broken")}
-	reply, err := rl.store.Run(ctx, store.Break, keys, owner, rl.channel, rememberBreak.Milliseconds(), newID())
+	reply, err := rl.locker.store.Run(ctx, store.Break, keys, owner, rl.names.channel, rememberBreak.Milliseconds(), newID())
 	if err != nil {
 		return Status{}, opErr("break", rl.key, err)
 	}
@@ -172,8 +172,8 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 		poll = time.Second
 	}
 	var released <-chan *redis.Message
-	if !store.IsNil(rl.pubsub) {
-		if ps := rl.pubsub.Subscribe(ctx, rl.channel); ps != nil {
+	if !store.IsNil(rl.opts.pubsub) {
+		if ps := rl.opts.pubsub.Subscribe(ctx, rl.names.channel); ps != nil {
 			defer ps.Close()
 			// Subscribed before the first read: no release falls between.
 			if _, err := ps.Receive(ctx); err == nil {

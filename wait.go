@@ -31,11 +31,11 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
-	if l := rl.locker; !l.shared { // Close joins the waits of its locks
+	if l := rl.locker; !l.life.shared { // Close joins the waits of its locks
 		if l.isClosed() || !l.enter() {
 			return opErr("wait for", rl.key, ErrLockerClosed)
 		}
-		defer l.wg.Done()
+		defer l.life.wg.Done()
 	}
 	start := time.Now()
 	err := rl.acquireWait(ctx)
@@ -53,20 +53,20 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 // it leaving) or when its timer says: the holder's lease is over, the
 // RetryStrategy's pace without wake-ups, or a fair waiter's refresh.
 func (rl *RedisLock) acquireWait(holding context.Context) error {
-	if err := retryErr(rl.retry); err != nil {
+	if err := retryErr(rl.opts.retry); err != nil {
 		return err
 	}
 	ctx := holding
-	if !rl.locker.shared {
+	if !rl.locker.life.shared {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(holding)
 		defer cancel()
-		defer context.AfterFunc(rl.locker.closing, cancel)()
+		defer context.AfterFunc(rl.locker.life.closing, cancel)()
 	}
 	waitCtx := ctx
-	if rl.waitTimeout > 0 {
+	if rl.opts.waitTimeout > 0 {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, rl.waitTimeout)
+		waitCtx, cancel = context.WithTimeout(ctx, rl.opts.waitTimeout)
 		defer cancel()
 	}
 	var fw *fairWaiter // a fair wait's place in the key's queue in Redis, once it has one
@@ -93,7 +93,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			}
 			id = fw.id
 		}
-		w = rl.locker.wake.Join(waitCtx, rl, rl.pubsub, rl.channel, id) // subscribed before it queues: no release or handoff goes unheard
+		w = rl.locker.wake.Join(waitCtx, rl, rl.opts.pubsub, rl.names.channel, id) // subscribed before it queues: no release or handoff goes unheard
 		return nil
 	}
 	var next clock.Timer // of the next attempt; made when first armed
@@ -105,17 +105,17 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		}
 	}()
 	arm := func(d time.Duration) { // the next counted attempt in d; a fair waiter's refresh before
-		due = rl.clock.Now().Add(d)
+		due = rl.locker.clock.Now().Add(d)
 		if refresh = fw != nil && d > fw.lease/3; refresh {
 			d = fw.lease / 3
 		}
 		if next == nil {
-			next = rl.clock.NewTimer(d)
+			next = rl.locker.clock.NewTimer(d)
 		} else {
 			next.Reset(d)
 		}
 		if fw != nil {
-			w.AttemptsAt(rl.clock.Now().Add(d))
+			w.AttemptsAt(rl.locker.clock.Now().Add(d))
 		}
 	}
 	if !rl.attemptsFirst(fw) {
@@ -173,7 +173,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			if err != nil {
 				return err
 			}
-			if left := due.Sub(rl.clock.Now()); !counts && left < d {
+			if left := due.Sub(rl.locker.clock.Now()); !counts && left < d {
 				// A refresh keeps the counted attempt where it was: a
 				// holder that renews must not put it off for ever.
 				d = max(left, 0)
@@ -232,7 +232,7 @@ func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *st
 // longer than the RetryStrategy says. It returns ErrNotAcquired when the
 // strategy gives up.
 func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *wake.Waiter) (time.Duration, error) {
-	d, more := rl.retry.Backoff(failures)
+	d, more := rl.opts.retry.Backoff(failures)
 	if !more {
 		return 0, fmt.Errorf("%w: %q still held at attempt %d, the RetryStrategy's last", ErrNotAcquired, rl.key, failures)
 	}
@@ -280,9 +280,9 @@ func (rl *RedisLock) attemptsFirst(fw *fairWaiter) bool {
 	rl.mu.Lock()
 	held := rl.cur != nil && rl.cur.count > 0
 	rl.mu.Unlock()
-	queued, subscribed := rl.locker.wake.Waiting(rl, rl.pubsub, rl.channel)
+	queued, subscribed := rl.locker.wake.Waiting(rl, rl.opts.pubsub, rl.names.channel)
 	if rl.fair() {
-		queued = subscribed || fw != nil || rl.pubsub == nil
+		queued = subscribed || fw != nil || rl.opts.pubsub == nil
 	}
 	return held || !queued
 }
@@ -325,5 +325,5 @@ func (rl *RedisLock) leaseOfHold() time.Duration {
 
 // lockerDone returns the channel closed by Close of rl's Locker.
 func (rl *RedisLock) lockerDone() <-chan struct{} {
-	return rl.locker.closing.Done()
+	return rl.locker.life.closing.Done()
 }

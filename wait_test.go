@@ -162,7 +162,7 @@ func waitThroughGoZero(t *testing.T, addr string) {
 	mustAcquire(t, holder)
 	s := newSpy(store)
 	rl := NewRedisLock(s, "k", WithRetry(FixedRetry(5*time.Millisecond)))
-	if rl.pubsub != nil {
+	if rl.opts.pubsub != nil {
 		t.Fatal("go-zero's store should give no pub/sub")
 	}
 	got := make(chan error, 1)
@@ -335,7 +335,7 @@ func wakeByRelease(t *testing.T, holder, rl *RedisLock, s *spy) time.Duration {
 }
 
 // queueLen returns how many AcquireWaits wait on rl's channel in its hub.
-func queueLen(rl *RedisLock) int { return rl.locker.wake.Queued(rl.channel) }
+func queueLen(rl *RedisLock) int { return rl.locker.wake.Queued(rl.names.channel) }
 
 // requireNoHubs fails if a subscription of NewRedisLock's locks is still
 // open a few seconds on.

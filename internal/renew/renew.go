@@ -135,6 +135,9 @@ func (s *Scheduler[T]) Add(owner T, ctx context.Context, script *store.Script, k
 	return l
 }
 
+// Started returns when the acquisition of l was sent, or later.
+func (l *Lease[T]) Started() time.Time { return l.started }
+
 // Extended records a re-entry of l sent at sent that got through, and
 // reports false when l is ending or removed.
 func (s *Scheduler[T]) Extended(l *Lease[T], sent time.Time) bool {

@@ -29,6 +29,7 @@ type Set struct {
 	wg      sync.WaitGroup      // readers and sweeps
 	quiet   atomic.Pointer[hub] // the hub without pub/sub, while open
 	refused atomic.Bool         // a refused subscription was logged
+	unheard sync.Map            // keys whose refused wake-up was logged
 
 	mu     sync.Mutex
 	hubs   map[any]*hub // by Subscriber
@@ -540,6 +541,13 @@ func (w *Waiter) Leave(lease time.Duration) {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// Unheard reports whether this is the first time key's wake-up was
+// refused: a log line for each would flood.
+func (s *Set) Unheard(key string) bool {
+	_, logged := s.unheard.LoadOrStore(key, true)
+	return !logged
 }
 
 // enter counts one more goroutine that Wait waits for, and reports false,
