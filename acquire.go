@@ -13,17 +13,7 @@ import (
 func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.locker.clock.Now()
-	var token int64
-	var pttl time.Duration
-	var err error
-	if rl.fair() { // taken only if no live waiter is queued
-		token, pttl, _, err = rl.attemptFair(ctx, id, lease, 0)
-	} else {
-		var reply any
-		if reply, err = rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, id, lease.Milliseconds()); err == nil {
-			token, pttl, err = store.ParseAcquire(reply, rl.fenced())
-		}
-	}
+	token, pttl, err := rl.mode.attempt(rl, ctx, id, lease)
 	switch {
 	case err != nil:
 		if store.Ambiguous(err) {
@@ -45,6 +35,31 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 		return false, 0, opErr("acquire", rl.key, err)
 	}
 	return true, 0, nil
+}
+
+// A mode is what a lock's kind changes in its calls: how a first
+// acquisition is attempted (its fencing token, or -1 and the holder's
+// remaining lease), and the scripts that release and renew its holds.
+type mode struct {
+	attempt func(rl *RedisLock, ctx context.Context, id string, lease time.Duration) (token int64, pttl time.Duration, err error)
+	release *store.Script
+	renew   *store.Script
+}
+
+// The modes of a lock, and of a fair lock (WithFairness), which is taken
+// only when no live waiter is queued, and handed over by its release.
+var (
+	plainMode = &mode{attempt: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
+	fairMode  = &mode{attempt: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
+)
+
+// attemptPlain runs acquire.lua for id.
+func (rl *RedisLock) attemptPlain(ctx context.Context, id string, lease time.Duration) (int64, time.Duration, error) {
+	reply, err := rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, id, lease.Milliseconds())
+	if err != nil {
+		return 0, 0, err
+	}
+	return store.ParseAcquire(reply, rl.fenced())
 }
 
 // reenter counts one more acquisition of a live hold, as acquire. The

@@ -55,6 +55,13 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 	return store.ParseFairAcquire(reply, rl.fenced())
 }
 
+// attemptNow is a fair lock's first acquisition: one attempt that does not
+// queue.
+func (rl *RedisLock) attemptNow(ctx context.Context, id string, lease time.Duration) (int64, time.Duration, error) {
+	token, pttl, _, err := rl.attemptFair(ctx, id, lease, 0)
+	return token, pttl, err
+}
+
 // fairLine is what the fair waits of one RedisLock share: one waits at a
 // time (turn), and a place in the queue left by a call that gave up passes
 // to the next (parked). waits and parked are guarded by RedisLock.mu.

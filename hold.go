@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redislock/redislock/internal/renew"
-	"github.com/redislock/redislock/internal/store"
 
 	"github.com/zeromicro/go-zero/core/logx"
 )
@@ -69,7 +68,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		state: renewing, count: 1}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if h.renewal = l.renewals.Add(h, holding, store.Extend, rl.key, id, lease, until, rl.opts.maxHold, rl.opts.watchdog); h.renewal == nil {
+	if h.renewal = l.renewals.Add(h, holding, rl.mode.renew, rl.key, id, lease, until, rl.opts.maxHold, rl.opts.watchdog); h.renewal == nil {
 		return ErrLockerClosed
 	}
 	rl.cur = h

@@ -42,6 +42,7 @@ type RedisLock struct {
 	opts   options       // as made; its lease is expiry's
 	expiry atomic.Int64  // the lease of the next first acquisition (SetExpire)
 	locker *Locker       // its own, or its store's default Locker
+	mode   *mode         // its kind's scripts
 	line   *fairLine     // a fair lock's waits; nil for others
 	op     chan struct{} // a token that serializes the calls that talk to Redis, taken within their context
 
@@ -85,7 +86,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	if o.fencing {
 		acquireKeys = append(acquireKeys, relatedName(key, "fence"))
 	}
-	rl := &RedisLock{key: key, opts: o, op: make(chan struct{}, 1), names: names{
+	rl := &RedisLock{key: key, opts: o, mode: plainMode, op: make(chan struct{}, 1), names: names{
 		acquire: acquireKeys,
 		release: []string{key, ""},
 		markers: relatedName(key, "release:"),
@@ -95,7 +96,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
 		rl.names.release = append(rl.names.release, rl.names.queue, rl.names.waiters, relatedName(key, "fence"))
-		rl.line = &fairLine{turn: make(chan struct{}, 1)}
+		rl.line, rl.mode = &fairLine{turn: make(chan struct{}, 1)}, fairMode
 	}
 	switch {
 	case store.IsNil(s):

@@ -21,6 +21,8 @@ func TestPackageLevelState(t *testing.T) {
 		"./DefaultRetry":        "the exported default strategy, a value",
 		"./acquiredLabel":       "a metric label",
 		"./releasedLabel":       "a metric label",
+		"./plainMode":           "a lock's kind: its scripts",
+		"./fairMode":            "a fair lock's kind: its scripts",
 		"internal/store/lua":    "the embedded scripts",
 		"internal/wake/closed":  "a closed channel",
 		"internal/keyslot/tags": "keyslot's memo of hash tags",
