@@ -276,6 +276,7 @@ func TestAcquireWaitReentersAtOnceWithoutPubSub(t *testing.T) {
 	_, c := newMini(t)
 	holder := NewRedisLock(FromGoRedis(c), "k", WithExpiry(time.Hour)) // no attempt at its lease's end
 	mustAcquire(t, holder)
+	defer releaseAll(holder) // also when the test fails: no hold left to the tests after it
 	s := newSpy(FromGoRedis(c))
 	rl := NewRedisLock(s, "k", WithPubSub(nil), WithRetry(FixedRetry(time.Hour)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -284,9 +285,14 @@ func TestAcquireWaitReentersAtOnceWithoutPubSub(t *testing.T) {
 	for range 2 {
 		go func() { waits <- rl.AcquireWait(ctx) }()
 	}
-	// Both made their first attempt and sleep for an hour: a release
-	// wakes neither, but the attempt of a third call takes the lock.
-	waitFor(t, 10*time.Second, "both waits made their attempt", func() bool { return s.ended.Load() == 2 })
+	// Both are in line, the first after its attempt (the second attempts
+	// too if it comes before the first joined), and sleep for an hour: a
+	// release wakes neither, but the attempt of a third call takes the
+	// lock. (Waiting for two attempts flaked on a loaded machine: a second
+	// wait that comes after the first joined queues without one.)
+	waitFor(t, 10*time.Second, "both waits in line", func() bool {
+		return s.ended.Load() >= 1 && queueLen(rl) == 2
+	})
 	mustRelease(t, holder)
 	mustAcquire(t, rl)
 	for range 2 {
