@@ -189,7 +189,7 @@ func BenchmarkInterleaved(b *testing.B) {
 		var rawNs, scriptsNs time.Duration
 		keys := []string{"bench:i:raw"}
 		acquireKeys := []string{"bench:i:s", relatedName("bench:i:s", "abandoned")}
-		releaseKeys := []string{"bench:i:s", ""}
+		releaseKeys := []string{"bench:i:s", relatedName("bench:i:s", "releases")}
 		channel := relatedName("bench:i:s", "released")
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
@@ -198,7 +198,6 @@ func BenchmarkInterleaved(b *testing.B) {
 			}
 			t1 := time.Now()
 			id := newID()
-			releaseKeys[1] = relatedName("bench:i:s", "release:"+id)
 			if err := c.EvalSha(ctx, acquireScript.Hash(), acquireKeys, id, DefaultExpiry.Milliseconds()).Err(); err != nil {
 				b.Fatal(err)
 			}

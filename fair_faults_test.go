@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -265,7 +264,7 @@ func waitKeysGone(t *testing.T, admin *redis.Client, key string, d time.Duration
 	for end := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		left = left[:0]
 		for _, k := range admin.Keys(context.Background(), "*"+key+"*").Val() {
-			if k != relatedName(key, "fence") && k != key+":resource" && !strings.HasPrefix(k, relatedName(key, "release:")) && k != relatedName(key, "abandoned") &&
+			if k != relatedName(key, "fence") && k != key+":resource" && k != relatedName(key, "releases") && k != relatedName(key, "abandoned") &&
 				k != relatedName(key, "broken") {
 				left = append(left, k)
 			}

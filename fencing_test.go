@@ -113,7 +113,7 @@ func TestRelatedNamesNeverCollide(t *testing.T) {
 		"{0}~a}b", "{0}~a}b~redislock:fence", relatedName("a}b", "fence"), "a}b~redislock:fence", "}~redislock:fence"}
 	seen := map[string]string{}
 	for _, key := range keys {
-		for _, kind := range []string{"fence", "released", "release:x"} {
+		for _, kind := range []string{"fence", "released", "releases"} {
 			name := relatedName(key, kind)
 			if other, dup := seen[name]; dup {
 				t.Errorf("%q of %q is also %s", name, key, other)

@@ -57,8 +57,7 @@ type RedisLock struct {
 // names are the Redis names a lock uses beside its key.
 type names struct {
 	acquire []string // key, abandoned attempts[, fencing counter]
-	release []string // key, "" for the release marker[, queue, waiters, fencing counter]
-	markers string   // the release markers' names, less the owner id
+	release []string // key, record of recent releases[, queue, waiters, fencing counter]
 	channel string   // where releases are published
 	queue   string   // a fair lock's queue of waiters
 	waiters string   // a fair lock's hash of its waiters' liveness
@@ -88,8 +87,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	}
 	rl := &RedisLock{key: key, opts: o, mode: plainMode, op: make(chan struct{}, 1), names: names{
 		acquire: acquireKeys,
-		release: []string{key, ""},
-		markers: relatedName(key, "release:"),
+		release: []string{key, relatedName(key, "releases")},
 		channel: relatedName(key, "released"),
 	}}
 	if o.fair {

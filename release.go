@@ -84,7 +84,6 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 // releaseCall returns release's script call, tagged with rl.
 func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *store.Call {
 	c := &store.Call{Ctx: ctx, Script: rl.mode.release, Keys: slices.Clone(rl.names.release), Args: []any{id, rl.names.channel}, Tag: rl}
-	c.Keys[1] = rl.names.markers + id // this release's marker
 	if abandon > 0 {
 		c.Keys = append(c.Keys, rl.names.acquire[1])
 		c.Args = append(c.Args, abandon.Milliseconds())

@@ -51,3 +51,30 @@ local function guarded(body)
     end
     return redis.error_reply(reply)
 end
+
+-- The record of a lock's recent releases, by which a client's retried
+-- release is told that it ran (release.lua): one string per lock of 64
+-- slots, each the length of an id, a released id in the slot the sum of its
+-- bytes picks. It expires 10 s (the clients' retry window) after the latest
+-- release. An id written over by a later one in its slot is forgotten.
+local function slot(id)
+    local sum = 0
+    for i = 1, #id do
+        sum = sum + string.byte(id, i)
+    end
+    return sum % 64 * #id
+end
+
+local function released(key, id)
+    local ids, at = get(key), slot(id)
+    return type(ids) == "string" and string.sub(ids, at + 1, at + #id) == id
+end
+
+-- remember records id as released in key, unless Redis refuses: then a
+-- retry finds no record. The record never stays without an expiry.
+local function remember(key, id)
+    if type(redis.pcall("SETRANGE", key, slot(id), id)) == "number"
+        and type(redis.pcall("PEXPIRE", key, 10000)) ~= "number" then
+        redis.pcall("DEL", key)
+    end
+end

@@ -3,7 +3,7 @@
 -- (passing the lock on if it was handed to it meanwhile).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the release marker of ARGV[1] (see release.lua)
+-- KEYS[2]  the record of its recent releases (see call.lua)
 -- KEYS[3]  its queue of waiters (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 -- KEYS[5]  its fencing counter (as in acquire.lua), whether or not this
@@ -27,7 +27,7 @@
 --        on (so that the releaser can tell a waiter of its own process
 --        without pub/sub), "!" and the message when Redis refused the
 --        PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
---        refused (as release.lua); either way KEYS[2] exists for 10 s.
+--        refused (as release.lua); either way KEYS[2] records ARGV[1].
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
 --        does not hold ARGV[1] and ARGV[1] was not released: a loss. When
 --        no token can be minted for the first live waiter, fenced (KEYS[5]
@@ -37,7 +37,7 @@
 --        A refusal (call.lua): nothing was changed.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
-    local released = not owned and call("EXISTS", KEYS[2]) == 1
+    local retried = not owned and released(KEYS[2], ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
     local ttl = KEYS[6] and call("PTTL", KEYS[6])
     -- Every write below, asked for before the first; the first may still
@@ -61,7 +61,7 @@ return guarded(function()
         end
     end
     if not owned then
-        return released and 2 or 0
+        return retried and 2 or 0
     end
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     local msg = ""
@@ -93,7 +93,7 @@ return guarded(function()
     if msg == "" then
         call("DEL", KEYS[1])
     end
-    redis.pcall("SET", KEYS[2], 1, "PX", 10000) -- refused: only a retry finds no marker
+    remember(KEYS[2], ARGV[1])
     if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
         return msg == "" and 1 or msg
     end

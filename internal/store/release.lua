@@ -1,19 +1,20 @@
 -- release.lua: delete the lock if, and only if, we own it, and wake a waiter.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the release marker of ARGV[1] (a key of its own per owner id)
+-- KEYS[2]  the record of its recent releases (see call.lua)
 -- KEYS[3]  optional: its abandoned attempts, a set of ids given up
 -- ARGV[1]  the owner id
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
 -- ARGV[3]  with KEYS[3]: how long to remember an attempt given up, in ms
 --
 -- Reply: 1 when KEYS[1] held ARGV[1] and was deleted; a message was
---        published on ARGV[2], and KEYS[2] exists for 10 s, the clients'
---        retry window. 3 likewise, but Redis refused the PUBLISH (an ACL
---        without the channel): nobody was woken.
---        2 when ARGV[1] was released already (KEYS[2] exists): a client's
---        retry of this call after its reply was lost, whoever took and
---        released the key meanwhile.
+--        published on ARGV[2], and KEYS[2] records ARGV[1] for 10 s, the
+--        clients' retry window. 3 likewise, but Redis refused the PUBLISH
+--        (an ACL without the channel): nobody was woken.
+--        2 when ARGV[1] was released already (KEYS[2] records it): a
+--        client's retry of this call after its reply was lost, whoever took
+--        and released the key meanwhile (unless a later release's id took
+--        its slot in KEYS[2]: 1 in 64 for each).
 --        0 when KEYS[1] does not hold ARGV[1] (missing, another owner, or
 --        not a string) and ARGV[1] was not released: a loss.
 --        With KEYS[3], ARGV[1] is an attempt given up: it is added to
@@ -22,7 +23,7 @@
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
-    local released = not owned and call("EXISTS", KEYS[2]) == 1
+    local retried = not owned and released(KEYS[2], ARGV[1])
     local ttl = KEYS[3] and call("PTTL", KEYS[3])
     if KEYS[3] then
         need("SADD", KEYS[3], ARGV[1])
@@ -38,8 +39,8 @@ return guarded(function()
         end
     end
     if not owned then
-        return released and 2 or 0
+        return retried and 2 or 0
     end
-    redis.pcall("SET", KEYS[2], 1, "PX", 10000) -- refused: only a retry finds no marker
+    remember(KEYS[2], ARGV[1])
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)

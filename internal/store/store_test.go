@@ -173,3 +173,43 @@ func TestPipelineRefusedWholeGivesItsError(t *testing.T) {
 		t.Fatalf("the call's error: %v; want the pipeline's", calls[0].Err)
 	}
 }
+
+// TestRecordOfReleases: a retried release is told it ran while the record
+// keeps its id, through other owners' releases, and is a loss once a later
+// id took its slot (ids of equal byte sums mod 64 share one), as
+// call.lua says. The record expires with the retry window.
+func TestRecordOfReleases(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	st := New(GoRedis(c))
+	ctx := context.Background()
+	keys := []string{"k", "{k}:redislock:releases"}
+	release := func(id string) int64 {
+		code, err := ReleaseCode(&Call{Reply: must(st.Run(ctx, Release, keys, id, "ch"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	// "AB" and "BA" share a slot; "AC" has another.
+	for _, step := range []struct {
+		id   string
+		want int64
+	}{{"AB", 1}, {"AC", 1}, {"AB", 2}, {"AC", 2}, {"BA", 1}, {"AC", 2}} {
+		if step.want == 1 { // a round: acquired, then released
+			if got := must(st.Run(ctx, Acquire, []string{"k", "{k}:redislock:abandoned"}, step.id, 10000)); got != "OK" {
+				t.Fatalf("acquire %s = %v", step.id, got)
+			}
+		}
+		if code := release(step.id); code != step.want {
+			t.Errorf("release of %s = %d, want %d", step.id, code, step.want)
+		}
+	}
+	if code := release("AB"); code != 0 {
+		t.Errorf("a retry of AB after BA took its slot = %d, want 0 (a loss)", code)
+	}
+	if ttl := mr.TTL(keys[1]); ttl <= 9*time.Second || ttl > 10*time.Second {
+		t.Errorf("the record expires in %v, want 10 s", ttl)
+	}
+}
