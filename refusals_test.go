@@ -363,7 +363,7 @@ func scriptCases() []scriptCase {
 		{"extend, another's", store.Extend, map[string]string{k: "other"}, []string{k}, []any{"me", 10000},
 			[]string{"GET"}, nil, false, false},
 		{"release, own", store.Release, map[string]string{k: "me"}, []string{k, marker}, []any{"me", "ch"},
-			[]string{"GET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
+			[]string{"GET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"PUBLISH"}, true, false},
 		{"release, another's", store.Release, map[string]string{k: "other"}, []string{k, marker}, []any{"me", "ch"},
 			[]string{"GET"}, nil, false, false},
 		{"release, given up", store.Release, map[string]string{k: "other"}, []string{k, marker, ab}, []any{"me", "ch", 60000},
@@ -373,9 +373,9 @@ func scriptCases() []scriptCase {
 		{"fair acquire, free", store.FairAcquire, nil, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "ZRANGE", "SET", "ZADD", "ZREM", "HSET", "HDEL", "PEXPIRE"}, nil, true, true},
 		{"fair release, handoff", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
-			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
+			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"PUBLISH"}, true, false},
 		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
-			[]string{"GET", "TIME", "ZRANGE", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, true},
+			[]string{"GET", "TIME", "ZRANGE", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"PUBLISH"}, true, true},
 		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME"}, nil, true, false},
 		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k}, []any{"me"},
@@ -810,4 +810,78 @@ func TestReadsAnswerDuringClientPauseWrite(t *testing.T) {
 	}
 	must(t, srv.Client(t).Do(ctx, "CLIENT", "UNPAUSE").Err())
 	mustRelease(t, rl)
+}
+
+// Found by the black-box review of issue 26: two locks of one Locker, the
+// user's ACL then losing a's key only. The renewal batch of both was
+// refused whole (NOPERM), so b lost its hold too, with an error naming a's
+// key. Each lease of a batch refused whole is renewed on its own now: b
+// keeps its hold, a's renewals fail, each naming its own key.
+func TestBatchWithOneKeyDeniedKeepsTheOthers(t *testing.T) {
+	srv := redisserver.Start(t)
+	c, _ := aclUser(t, srv, "batch")
+	l := NewLocker(FromGoRedis(c), WithExpiry(900*time.Millisecond))
+	defer l.Close()
+	a, b := l.NewLock("batch:a"), l.NewLock("batch:b")
+	mustAcquire(t, a)
+	mustAcquire(t, b)
+	must(t, srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "batch", "resetkeys", "~batch:b", "~{batch:b}*").Err())
+	aDone := a.Done()
+	select { // a's lease runs out unrenewed; b's renewals went on meanwhile
+	case <-aDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's hold outlived its lease without a renewal")
+	}
+	if err := a.Err(); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `"batch:a"`) {
+		t.Errorf("a's hold ended with %v; want a refusal naming batch:a", err)
+	}
+	if err := b.Err(); err != nil || b.Holds() != 1 {
+		t.Fatalf("b: Err %v, Holds %d; want its hold kept", err, b.Holds())
+	}
+	if ttl := srv.Client(t).PTTL(context.Background(), "batch:b").Val(); ttl <= 0 {
+		t.Errorf("b's key has %v left", ttl)
+	}
+	mustRelease(t, b)
+}
+
+// Found by the black-box review of issue 26: a release without the right
+// to SETRANGE or PEXPIRE, or with an outsider's list where its record of
+// releases goes, deleted the key, wrote no record and reported a release;
+// a client's retry of it then reported a loss. Such a release is refused
+// now, naming the command, and changes nothing: the key expires with its
+// lease.
+func TestReleaseRefusedWithoutItsRecord(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	for _, c := range []struct {
+		name, command string
+		setup         func(key string) Scripter
+	}{
+		{"-setrange", "SETRANGE", func(string) Scripter { c, _ := aclUser(t, srv, "norange", "-setrange"); return FromGoRedis(c) }},
+		{"-pexpire", "PEXPIRE", func(string) Scripter { c, _ := aclUser(t, srv, "noexpire", "-pexpire"); return FromGoRedis(c) }},
+		{"a list as the record", "SETRANGE", func(key string) Scripter {
+			must(t, admin.RPush(ctx, relatedName(key, "releases"), "x").Err())
+			return FromGoRedis(admin)
+		}},
+	} {
+		for _, fair := range []bool{false, true} {
+			if fair && c.name == "-pexpire" {
+				continue // a fair acquisition needs PEXPIRE itself
+			}
+			key := fmt.Sprintf("norecord:%s:%v", c.name, fair)
+			opts := []Option{WithPubSub(nil)}
+			if fair {
+				opts = append(opts, WithFairness())
+			}
+			rl := NewRedisLock(c.setup(key), key, opts...)
+			mustAcquire(t, rl)
+			id := rl.Owner()
+			ok, err := rl.Release()
+			refusedBy(t, fmt.Sprintf("%s, fair %v", c.name, fair), err, c.command)
+			if ok || admin.Get(ctx, key).Val() != id {
+				t.Errorf("%s, fair %v: Release = %v, the key holds %q; want false and the key left to expire", c.name, fair, ok, admin.Get(ctx, key).Val())
+			}
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -115,6 +116,22 @@ func main() {
 			lib.close()
 		}
 	}
+	// Saturation: all goroutines raw, then all with the library, in
+	// alternating phases; time and redis-server CPU per pair of each.
+	saturation := map[string]*[4]float64{} // raw time, its time, raw CPU, its CPU
+	for round := 0; round < rounds; round++ {
+		for _, name := range libraryNames {
+			lib := newLibrary(name, srv.addr)
+			if saturation[name] == nil {
+				saturation[name] = &[4]float64{}
+			}
+			admin.FlushAll(context.Background())
+			for i, v := range saturated(lib, srv.addr, admin, d/rounds) {
+				saturation[name][i] += v
+			}
+			lib.close()
+		}
+	}
 	rtt := roundTrip(admin)
 	var rows []row
 	for _, name := range libraryNames {
@@ -123,6 +140,8 @@ func main() {
 		for i, t := range ratios[name] {
 			r.ratio[i] = float64(t[1]) / float64(t[0])
 		}
+		sat := saturation[name]
+		r.saturated = [3]float64{sat[1] / sat[0], sat[3] / sat[2], sat[3] / rounds}
 		for i := range r.uncontended {
 			times := pairs[name][i]
 			r.uncontended[i] = latency{perSec: float64(len(times)) / d.Seconds(), p50: pct(times, 50), p99: pct(times, 99)}
@@ -174,6 +193,7 @@ type row struct {
 	uncontended [2]latency // 1 and 32 goroutines
 	hot         [2]latency // 8 and 32 contenders
 	ratio       [2]float64 // interleaved with raw go-redis pairs: 1 and 16 goroutines
+	saturated   [3]float64 // 32 goroutines in phases: time per pair over raw, server CPU per pair over raw, its server µs per pair
 	held        heldResult
 	hotOnly     bool // measured on the hot key only
 }
@@ -269,6 +289,71 @@ func interleaved(lib library, addr string, g int, d time.Duration) (raw, its tim
 	}
 	wg.Wait()
 	return raw, its
+}
+
+// saturated runs 32 goroutines, each on a key of its own (one lock each),
+// for d in 4 pairs of phases: all raw go-redis EVALSHA pairs, then all the
+// library's pairs. It returns the time per pair of each (raw, the
+// library's) and redis-server's CPU per pair of each, in µs.
+func saturated(lib library, addr string, admin *redis.Client, d time.Duration) [4]float64 {
+	const workers, phases = 32, 4
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	defer c.Close()
+	ctx := context.Background()
+	for _, s := range []*redis.Script{rawAcquire, rawRelease} {
+		s.Load(ctx, c)
+	}
+	locks := make([]lock, workers)
+	for i := range locks {
+		locks[i] = lib.new(fmt.Sprintf("bench:s:%d", i))
+	}
+	phase := func(raw bool) (pairs int64, took, cpu time.Duration) {
+		cpu0, t0 := serverCPU(admin), time.Now()
+		end := t0.Add(d / (2 * phases))
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rawKeys := []string{fmt.Sprintf("bench:sraw:%d", i)}
+				for time.Now().Before(end) {
+					if raw {
+						if err := c.EvalSha(ctx, rawAcquire.Hash(), rawKeys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
+							fmt.Fprintln(os.Stderr, "raw acquire:", err)
+							return
+						}
+						if err := c.EvalSha(ctx, rawRelease.Hash(), rawKeys, "fixed-owner-id-0123456789").Err(); err != nil {
+							fmt.Fprintln(os.Stderr, "raw release:", err)
+							return
+						}
+					} else {
+						if ok, err := locks[i].try(ctx); !ok || err != nil {
+							fmt.Fprintln(os.Stderr, lib.name, "saturated try:", ok, err)
+							return
+						}
+						if err := locks[i].release(ctx); err != nil {
+							fmt.Fprintln(os.Stderr, lib.name, "release:", err)
+							return
+						}
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return n.Load(), time.Since(t0), serverCPU(admin) - cpu0
+	}
+	var rawPairs, itsPairs int64
+	var rawT, itsT, rawCPU, itsCPU time.Duration
+	for range phases {
+		p, t, cpu := phase(true)
+		rawPairs, rawT, rawCPU = rawPairs+p, rawT+t, rawCPU+cpu
+		p, t, cpu = phase(false)
+		itsPairs, itsT, itsCPU = itsPairs+p, itsT+t, itsCPU+cpu
+	}
+	per := func(d time.Duration, n int64) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }
+	return [4]float64{per(rawT, rawPairs), per(itsT, itsPairs), per(rawCPU, rawPairs), per(itsCPU, itsPairs)}
 }
 
 // hotKey runs n contenders on one key for d, spread over hotProcesses

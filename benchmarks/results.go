@@ -35,6 +35,14 @@ func writeResults(rows []row, d, heldFor, rtt time.Duration) error {
 			fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", r.lib, r.ratio[0], r.ratio[1])
 		}
 	}
+	fmt.Fprintf(&b, "\n## Saturated: 32 goroutines, phases of raw go-redis pairs and the library's\n\n")
+	fmt.Fprintf(&b, "32 goroutines, each with a lock (and a raw key) of its own, make acquire+release pairs for %v in 4 pairs of phases: all raw go-redis EVALSHA pairs (as above), then all the library's; 6 rounds per library in turn. Time per pair and redis-server's CPU per pair (INFO cpu) of the library over raw's; 2 cores run the clients and the server, so the client's CPU shows in its time.\n\n", d/6)
+	fmt.Fprintf(&b, "| library | time per pair / raw | server CPU per pair / raw | server CPU per pair |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		if !r.hotOnly {
+			fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.1f µs |\n", r.lib, r.saturated[0], r.saturated[1], r.saturated[2])
+		}
+	}
 	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, contenders spread over %d processes, each library's own waiting\n\n", hotProcesses)
 	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups; waiters of one process take turns, processes race). redislock, fair: AcquireWait with WithFairness (a queue in Redis; the release hands the lock over). Each process has one client per library; the contenders of a process are goroutines with a lock each. Handoff: from one holder's release call to the next different holder's acquisition, on the timeline of all processes merged. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
 	fmt.Fprintf(&b, "A round trip (PING, one client, idle) took %s at p50 in this run. The release call (from the call to its return, in the holder's process, under the same load) is the round trip a handoff of redislock's fair locks is made of: the next holder hears the release's message as the releaser hears its reply.\n\n", us(rtt))

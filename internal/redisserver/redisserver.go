@@ -1,5 +1,6 @@
 // Package redisserver starts real redis-server processes on loopback ports
-// for tests and benchmarks.
+// for tests and benchmarks; with REDISLOCK_SERVER=valkey, Valkey's instead
+// (valkey-server, valkey-cli, valkey-sentinel).
 //
 // A binary that is missing skips the test with a message saying what to
 // install, except when the CI environment variable is set: then it fails.
@@ -33,14 +34,24 @@ type Server struct {
 }
 
 // Binary returns the path of the named binary (redis-server, redis-cli,
-// redis-sentinel), skipping tb when it is missing, or failing it under CI.
+// redis-sentinel), or of Valkey's under REDISLOCK_SERVER=valkey, skipping
+// tb when it is missing, or failing it under CI.
 func Binary(tb testing.TB, name string) string {
 	tb.Helper()
+	install := "apt-get install redis-server redis-tools redis-sentinel"
+	switch kind := os.Getenv("REDISLOCK_SERVER"); kind {
+	case "", "redis":
+	case "valkey":
+		name = "valkey-" + strings.TrimPrefix(name, "redis-")
+		install = "apt-get install -t bookworm-backports valkey-server valkey-tools valkey-sentinel"
+	default:
+		tb.Fatalf("REDISLOCK_SERVER=%q: want redis or valkey", kind)
+	}
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
 	}
-	msg := fmt.Sprintf("%s not found in PATH: install it (Debian: apt-get install redis-server redis-tools redis-sentinel) to run this test", name)
+	msg := fmt.Sprintf("%s not found in PATH: install it (Debian: %s) to run this test", name, install)
 	if os.Getenv("CI") != "" {
 		tb.Fatal(msg + " (CI is set, so this fails instead of skipping)")
 	}

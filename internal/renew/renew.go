@@ -320,7 +320,7 @@ func (s *Scheduler[T]) run() {
 	}
 	for len(batch) > 0 {
 		n := min(len(batch), maxBatch)
-		s.renew(batch[:n], now)
+		s.renew(batch[:n], now, false)
 		batch = batch[n:]
 	}
 	s.mu.Lock()
@@ -331,13 +331,13 @@ func (s *Scheduler[T]) run() {
 
 // renew renews leases sent at sent, and records each reply: renewed; gone
 // (reported); or an error (retried with backoff). On a single primary one
-// script renews up to perScript leases of one script; elsewhere each has
-// its own call, sent to its server. The batch is bounded by the latest
-// deadline among its leases: the runs end each lease on time, whatever the
-// batch does.
-func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time) {
+// script renews up to perScript leases of one script, unless alone;
+// elsewhere each has its own call, sent to its server. The batch is
+// bounded by the latest deadline among its leases: the runs end each lease
+// on time, whatever the batch does.
+func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time, alone bool) {
 	group := 1
-	if s.store.Single {
+	if s.store.Single && !alone {
 		group = perScript
 	}
 	var calls []*store.Call
@@ -370,17 +370,27 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
 	defer cancel()
-	s.store.RunAll(ctx, calls, func(done []*store.Call) { s.renewed(done, sent) })
+	s.store.RunAll(ctx, calls, func(done []*store.Call) {
+		if refused := s.renewed(done, sent); len(refused) > 0 {
+			s.renew(refused, sent, true)
+		}
+	})
 }
 
-// renewed records the replies of calls, sent at sent.
-func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) {
+// renewed records the replies of calls, sent at sent, and returns the
+// leases of the batches Redis refused whole (an ACL without one of their
+// keys, say): each is to be renewed on its own, for an answer of its own.
+func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) (refused []*Lease[T]) {
 	var ok, lost, failed int
 	var ends []end[T]
 	s.mu.Lock()
 	for _, c := range calls {
 		leases := c.Tag.([]*Lease[T])
 		codes, err := store.RenewalCodes(c, len(leases))
+		if err != nil && len(leases) > 1 && !store.Ambiguous(err) {
+			refused = append(refused, leases...) // still in flight
+			continue
+		}
 		for i, l := range leases {
 			l.inFlight = false
 			switch {
@@ -425,6 +435,7 @@ func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) {
 	for _, e := range ends {
 		s.report(e.owner, e.end, e.err)
 	}
+	return refused
 }
 
 // queue is a min-heap of leases by due.

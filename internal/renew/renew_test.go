@@ -3,6 +3,7 @@ package renew
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -189,4 +190,75 @@ func TestCloseReturnsTheOwnersAndStops(t *testing.T) {
 	if f.replies.count() != 0 || len(f.reports) != 0 {
 		t.Fatalf("after Close: %d renewals, %d reports", f.replies.count(), len(f.reports))
 	}
+}
+
+// refusal is an error reply of Redis.
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+func (refusal) RedisError()     {}
+
+// denying refuses, as an ACL without one key does, every call that
+// carries the key "denied", whole; it renews every other key.
+type denying struct {
+	mu    sync.Mutex
+	sizes []int // the keys of each call
+}
+
+func (d *denying) ScriptRunCtx(_ context.Context, _ *redis.Script, keys []string, _ ...any) (any, error) {
+	d.mu.Lock()
+	d.sizes = append(d.sizes, len(keys))
+	d.mu.Unlock()
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		if k == "denied" {
+			return nil, refusal("NOPERM this user has no permissions to access one of the keys used as arguments")
+		}
+		out[i] = int64(1)
+	}
+	return out, nil
+}
+
+// Found by the black-box review of issue 26: a batch refused whole for one
+// of its keys failed the renewals of all the others, whose leases then ran
+// out with an error naming that key. The refused batch's leases are
+// renewed each on its own: only the denied one fails.
+func TestBatchRefusedWholeIsRenewedLeaseByLease(t *testing.T) {
+	d := &denying{}
+	clk := clocktest.New()
+	reports := make(chan report, 10)
+	st := store.New(d)
+	st.Single = true // one primary: leases are batched
+	s := New(clk, st, func(o string, e End, err error) { reports <- report{o, e, err} }, func(int, int, int) {})
+	const lease = 3 * time.Second
+	var leases []*Lease[string]
+	for _, k := range []string{"a", "denied", "b"} {
+		leases = append(leases, s.Add(k, context.Background(), store.Extend, k, "id-"+k, lease, clk.Now().Add(lease-Margin(lease)), 0, true))
+	}
+	before := s.Until(leases[0])
+	clk.Step(t)
+	waitFor := time.Now().Add(5 * time.Second)
+	for s.InFlight(leases[0]) || s.InFlight(leases[2]) {
+		if time.Now().After(waitFor) {
+			t.Fatal("the renewals never came back")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !s.Until(leases[0]).After(before) || !s.Until(leases[2]).After(before) {
+		t.Errorf("a and b not renewed: until %v, %v (was %v)", s.Until(leases[0]), s.Until(leases[2]), before)
+	}
+	if s.Until(leases[1]).After(before) {
+		t.Error("the denied lease was renewed")
+	}
+	d.mu.Lock()
+	sizes := slices.Clone(d.sizes)
+	d.mu.Unlock()
+	if !slices.Equal(sizes, []int{3, 1, 1, 1}) {
+		t.Errorf("calls of %v keys; want the batch of 3, then each alone", sizes)
+	}
+	if len(reports) != 0 {
+		t.Errorf("%d reports: no lease ends yet", len(reports))
+	}
+	s.Close()
+	s.Wait()
 }

@@ -70,11 +70,21 @@ local function released(key, id)
     return type(ids) == "string" and string.sub(ids, at + 1, at + #id) == id
 end
 
--- remember records id as released in key, unless Redis refuses: then a
--- retry finds no record. The record never stays without an expiry.
+-- recordable raises, before a release writes anything, what would refuse
+-- its record: a value of another type in key, or an ACL.
+local function recordable(key, id)
+    if get(key) == 0 then
+        check({err = "WRONGTYPE Operation against a key holding the wrong kind of value"}, "SETRANGE", key)
+    end
+    need("SETRANGE", key, slot(id), id)
+    need("PEXPIRE", key, 10000)
+end
+
+-- remember records id as released in key, after recordable. The record
+-- never stays without an expiry.
 local function remember(key, id)
-    if type(redis.pcall("SETRANGE", key, slot(id), id)) == "number"
-        and type(redis.pcall("PEXPIRE", key, 10000)) ~= "number" then
+    call("SETRANGE", key, slot(id), id)
+    if type(redis.pcall("PEXPIRE", key, 10000)) ~= "number" then
         redis.pcall("DEL", key)
     end
 end

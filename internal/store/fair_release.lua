@@ -27,7 +27,7 @@
 --        on (so that the releaser can tell a waiter of its own process
 --        without pub/sub), "!" and the message when Redis refused the
 --        PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
---        refused (as release.lua); either way KEYS[2] records ARGV[1].
+--        refused (as release.lua); either way KEYS[2] records ARGV[1] (as in release.lua).
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
 --        does not hold ARGV[1] and ARGV[1] was not released: a loss. When
 --        no token can be minted for the first live waiter, fenced (KEYS[5]
@@ -48,6 +48,10 @@ return guarded(function()
     need("DEL", KEYS[1])
     if KEYS[6] then
         need("PEXPIRE", KEYS[6], ARGV[3])
+    end
+    local record = owned and not KEYS[6] -- a give-up's reply is nobody's to retry
+    if record then
+        recordable(KEYS[2], ARGV[1])
     end
     if KEYS[6] then
         need("SADD", KEYS[6], ARGV[1])
@@ -93,7 +97,9 @@ return guarded(function()
     if msg == "" then
         call("DEL", KEYS[1])
     end
-    remember(KEYS[2], ARGV[1])
+    if record then
+        remember(KEYS[2], ARGV[1])
+    end
     if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
         return msg == "" and 1 or msg
     end

@@ -9,7 +9,8 @@
 --
 -- Reply: 1 when KEYS[1] held ARGV[1] and was deleted; a message was
 --        published on ARGV[2], and KEYS[2] records ARGV[1] for 10 s, the
---        clients' retry window. 3 likewise, but Redis refused the PUBLISH
+--        clients' retry window (not for an attempt given up, with KEYS[3]:
+--        its reply is nobody's to retry). 3 likewise, but Redis refused the PUBLISH
 --        (an ACL without the channel): nobody was woken.
 --        2 when ARGV[1] was released already (KEYS[2] records it): a
 --        client's retry of this call after its reply was lost, whoever took
@@ -29,6 +30,10 @@ return guarded(function()
         need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
     end
+    local record = owned and not KEYS[3] -- a give-up's reply is nobody's to retry
+    if record then
+        recordable(KEYS[2], ARGV[1])
+    end
     if owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
         call("DEL", KEYS[1])
     end
@@ -41,6 +46,8 @@ return guarded(function()
     if not owned then
         return retried and 2 or 0
     end
-    remember(KEYS[2], ARGV[1])
+    if record then
+        remember(KEYS[2], ARGV[1])
+    end
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)
