@@ -68,7 +68,7 @@ func printFaultReport(w io.Writer) {
 		}
 		return rows[i].Case < rows[j].Case
 	})
-	fmt.Fprintln(w, "\nFault suite (real redis-server):")
+	fmt.Fprintf(w, "\nFault suite (real %s):\n", redisserver.Name())
 	fmt.Fprintln(w, "| case | injected | promise | runs | faults | violations |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, r := range rows {

@@ -240,6 +240,18 @@ var (
 	rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 )
 
+// rawPair makes an acquire+release pair with raw go-redis EVALSHA of the
+// classic scripts on keys[0].
+func rawPair(ctx context.Context, c *redis.Client, keys []string) error {
+	if err := c.EvalSha(ctx, rawAcquire.Hash(), keys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("raw acquire: %w", err)
+	}
+	if err := c.EvalSha(ctx, rawRelease.Hash(), keys, "fixed-owner-id-0123456789").Err(); err != nil {
+		return fmt.Errorf("raw release: %w", err)
+	}
+	return nil
+}
+
 // interleaved runs g goroutines for d, each making in turn an acquire and
 // release pair with raw go-redis EVALSHA and one with lib (a new lock per
 // pair, as go-zero code does), each on a key of its own, and returns the
@@ -262,12 +274,8 @@ func interleaved(lib library, addr string, g int, d time.Duration) (raw, its tim
 			var r, o time.Duration
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				if err := c.EvalSha(ctx, rawAcquire.Hash(), rawKeys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
-					fmt.Fprintln(os.Stderr, "raw acquire:", err)
-					return
-				}
-				if err := c.EvalSha(ctx, rawRelease.Hash(), rawKeys, "fixed-owner-id-0123456789").Err(); err != nil {
-					fmt.Fprintln(os.Stderr, "raw release:", err)
+				if err := rawPair(ctx, c, rawKeys); err != nil {
+					fmt.Fprintln(os.Stderr, err)
 					return
 				}
 				t1 := time.Now()
@@ -319,12 +327,8 @@ func saturated(lib library, addr string, admin *redis.Client, d time.Duration) [
 				rawKeys := []string{fmt.Sprintf("bench:sraw:%d", i)}
 				for time.Now().Before(end) {
 					if raw {
-						if err := c.EvalSha(ctx, rawAcquire.Hash(), rawKeys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
-							fmt.Fprintln(os.Stderr, "raw acquire:", err)
-							return
-						}
-						if err := c.EvalSha(ctx, rawRelease.Hash(), rawKeys, "fixed-owner-id-0123456789").Err(); err != nil {
-							fmt.Fprintln(os.Stderr, "raw release:", err)
+						if err := rawPair(ctx, c, rawKeys); err != nil {
+							fmt.Fprintln(os.Stderr, err)
 							return
 						}
 					} else {

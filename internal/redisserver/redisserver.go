@@ -33,6 +33,15 @@ type Server struct {
 	done chan struct{}
 }
 
+// Name returns the name of the server the tests start: "redis-server", or
+// "valkey-server" under REDISLOCK_SERVER=valkey.
+func Name() string {
+	if os.Getenv("REDISLOCK_SERVER") == "valkey" {
+		return "valkey-server"
+	}
+	return "redis-server"
+}
+
 // Binary returns the path of the named binary (redis-server, redis-cli,
 // redis-sentinel), or of Valkey's under REDISLOCK_SERVER=valkey, skipping
 // tb when it is missing, or failing it under CI.
