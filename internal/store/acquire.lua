@@ -39,17 +39,20 @@ return guarded(function()
     end
     -- Taken: given back should what follows be refused, or the attempt
     -- have been given up.
-    local ok, reply = pcall(function()
-        if call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
-            return 0
-        end
-        return KEYS[3] and {"OK", mint(3, check(redis.pcall("TIME"), "TIME"))} or "OK"
-    end)
-    if ok and reply ~= 0 then
+    local given = redis.pcall("SISMEMBER", KEYS[2], ARGV[1])
+    local ok, reply = given == 0, "OK"
+    if type(given) == "table" then
+        ok, reply = pcall(check, given, "SISMEMBER", KEYS[2])
+    elseif ok and KEYS[3] then
+        ok, reply = pcall(function()
+            return {"OK", mint(3, check(redis.pcall("TIME"), "TIME"))}
+        end)
+    end
+    if ok then
         return reply
     end
     local undone = redis.pcall("DEL", KEYS[1])
-    if ok then
+    if given == 1 then
         return 0
     elseif type(undone) == "table" then
         reply = (type(reply) == "table" and reply.err or reply) .. "; " .. KEYS[1] .. " left to expire"

@@ -3,7 +3,7 @@
 -- (passing the lock on if it was handed to it meanwhile).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the record of its recent releases (see call.lua)
+-- KEYS[2]  the record of its recent releases (see record.lua)
 -- KEYS[3]  its queue of waiters (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 -- KEYS[5]  its fencing counter (as in acquire.lua), whether or not this
@@ -49,9 +49,8 @@ return guarded(function()
     if KEYS[6] then
         need("PEXPIRE", KEYS[6], ARGV[3])
     end
-    local record = owned and not KEYS[6] -- a give-up's reply is nobody's to retry
-    if record then
-        recordable(KEYS[2], ARGV[1])
+    if owned and not KEYS[6] then -- a give-up's reply is nobody's to retry
+        remember(KEYS[2], ARGV[1])
     end
     if KEYS[6] then
         need("SADD", KEYS[6], ARGV[1])
@@ -96,9 +95,6 @@ return guarded(function()
     end
     if msg == "" then
         call("DEL", KEYS[1])
-    end
-    if record then
-        remember(KEYS[2], ARGV[1])
     end
     if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
         return msg == "" and 1 or msg

@@ -1,7 +1,7 @@
 -- release.lua: delete the lock if, and only if, we own it, and wake a waiter.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the record of its recent releases (see call.lua)
+-- KEYS[2]  the record of its recent releases (see record.lua)
 -- KEYS[3]  optional: its abandoned attempts, a set of ids given up
 -- ARGV[1]  the owner id
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
@@ -21,7 +21,8 @@
 --        With KEYS[3], ARGV[1] is an attempt given up: it is added to
 --        KEYS[3], whose expiry is pushed to at least ARGV[3] ms, whatever
 --        the reply, so a late run of it will not take the lock (see
---        acquire.lua). A refusal (call.lua): nothing was changed.
+--        acquire.lua). A refusal (call.lua): nothing was changed, but for
+--        a refused DEL, after which KEYS[2] records ARGV[1] all the same.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
     local retried = not owned and released(KEYS[2], ARGV[1])
@@ -30,11 +31,10 @@ return guarded(function()
         need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
     end
-    local record = owned and not KEYS[3] -- a give-up's reply is nobody's to retry
-    if record then
-        recordable(KEYS[2], ARGV[1])
+    if owned and not KEYS[3] then -- a give-up's reply is nobody's to retry
+        remember(KEYS[2], ARGV[1])
     end
-    if owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
+    if owned then
         call("DEL", KEYS[1])
     end
     if KEYS[3] then -- given up: remembered, with an expiry
@@ -45,9 +45,6 @@ return guarded(function()
     end
     if not owned then
         return retried and 2 or 0
-    end
-    if record then
-        remember(KEYS[2], ARGV[1])
     end
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)

@@ -25,10 +25,10 @@ type Script struct {
 var (
 	Acquire     = newScript(false, "fence.lua", "acquire.lua")
 	Extend      = newScript(false, "extend.lua")
-	Release     = newScript(false, "release.lua")
+	Release     = newScript(false, "record.lua", "release.lua")
 	TTL         = newScript(true, "ttl.lua")
 	FairAcquire = newScript(false, "fence.lua", "fair_acquire.lua")
-	FairRelease = newScript(false, "fence.lua", "fair_release.lua")
+	FairRelease = newScript(false, "fence.lua", "record.lua", "fair_release.lua")
 	Inspect     = newScript(true, "inspect.lua")
 	Break       = newScript(false, "break.lua")
 )
