@@ -13,7 +13,7 @@ import (
 func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.locker.clock.Now()
-	token, pttl, err := rl.mode.attempt(rl, ctx, id, lease)
+	token, pttl, err := rl.mode.take(rl, ctx, id, lease)
 	switch {
 	case err != nil:
 		if store.Ambiguous(err) {
@@ -41,7 +41,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 // acquisition is attempted (its fencing token, or -1 and the holder's
 // remaining lease), and the scripts that release and renew its holds.
 type mode struct {
-	attempt func(rl *RedisLock, ctx context.Context, id string, lease time.Duration) (token int64, pttl time.Duration, err error)
+	take    func(rl *RedisLock, ctx context.Context, id string, lease time.Duration) (token int64, pttl time.Duration, err error)
 	release *store.Script
 	renew   *store.Script
 }
@@ -49,8 +49,8 @@ type mode struct {
 // The modes of a lock, and of a fair lock (WithFairness), which is taken
 // only when no live waiter is queued, and handed over by its release.
 var (
-	plainMode = &mode{attempt: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
-	fairMode  = &mode{attempt: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
+	plainMode = &mode{take: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
+	fairMode  = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
 )
 
 // attemptPlain runs acquire.lua for id.
