@@ -49,9 +49,6 @@ return guarded(function()
     if KEYS[6] then
         need("PEXPIRE", KEYS[6], ARGV[3])
     end
-    if owned and not KEYS[6] then -- a give-up's reply is nobody's to retry
-        remember(KEYS[2], ARGV[1])
-    end
     if KEYS[6] then
         need("SADD", KEYS[6], ARGV[1])
         -- Out of the queue first: Redis refuses no ZREM for memory, and once
@@ -95,6 +92,9 @@ return guarded(function()
     end
     if msg == "" then
         call("DEL", KEYS[1])
+    end
+    if not KEYS[6] then -- a give-up's reply is nobody's to retry
+        remember(KEYS[2], ARGV[1])
     end
     if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
         return msg == "" and 1 or msg

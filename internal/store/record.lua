@@ -10,29 +10,17 @@ local function slot(id)
 end
 
 local function released(key, id)
-    local at = slot(id)
-    local found = redis.pcall("GETRANGE", key, at, at + #id - 1)
-    if type(found) == "table" and not string.find(found.err, "^WRONGTYPE") then
-        check(found, "GETRANGE", key)
-    end
-    return found == id
+    local ids, at = get(key), slot(id)
+    return type(ids) == "string" and string.sub(ids, at + 1, at + #id) == id
 end
 
--- remember records id as released in key: before the release writes
--- anything else, so that a refusal (an ACL, a value of another type)
--- changes nothing. When memory is full Redis refuses it, and lets the
--- release's DEL through: that release goes unrecorded.
+-- remember records id as released in key, after the release's DEL (Redis
+-- then lets it through whatever its memory). Refused (an ACL without
+-- SETRANGE or PEXPIRE, a value of another type in key), the release goes
+-- unrecorded. The record never stays without an expiry.
 local function remember(key, id)
-    local written = redis.pcall("SETRANGE", key, slot(id), id)
-    if type(written) == "table" then
-        if string.find(written.err, "^OOM") then
-            return
-        end
-        check(written, "SETRANGE", key)
-    end
-    local expiring = redis.pcall("PEXPIRE", key, 10000)
-    if type(expiring) == "table" then
-        redis.pcall("DEL", key) -- never a record without an expiry
-        check(expiring, "PEXPIRE", key)
+    if type(redis.pcall("SETRANGE", key, slot(id), id)) == "number"
+        and type(redis.pcall("PEXPIRE", key, 10000)) ~= "number" then
+        redis.pcall("DEL", key)
     end
 end

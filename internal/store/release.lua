@@ -9,9 +9,10 @@
 --
 -- Reply: 1 when KEYS[1] held ARGV[1] and was deleted; a message was
 --        published on ARGV[2], and KEYS[2] records ARGV[1] for 10 s, the
---        clients' retry window (not for an attempt given up, with KEYS[3]:
---        its reply is nobody's to retry). 3 likewise, but Redis refused the PUBLISH
---        (an ACL without the channel): nobody was woken.
+--        clients' retry window (unless Redis refused the record, see
+--        record.lua; and not for an attempt given up, with KEYS[3]: its
+--        reply is nobody's to retry). 3 likewise, but Redis refused the
+--        PUBLISH (an ACL without the channel): nobody was woken.
 --        2 when ARGV[1] was released already (KEYS[2] records it): a
 --        client's retry of this call after its reply was lost, whoever took
 --        and released the key meanwhile (unless a later release's id took
@@ -21,8 +22,7 @@
 --        With KEYS[3], ARGV[1] is an attempt given up: it is added to
 --        KEYS[3], whose expiry is pushed to at least ARGV[3] ms, whatever
 --        the reply, so a late run of it will not take the lock (see
---        acquire.lua). A refusal (call.lua): nothing was changed, but for
---        a refused DEL, after which KEYS[2] records ARGV[1] all the same.
+--        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
     local retried = not owned and released(KEYS[2], ARGV[1])
@@ -31,10 +31,7 @@ return guarded(function()
         need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
     end
-    if owned and not KEYS[3] then -- a give-up's reply is nobody's to retry
-        remember(KEYS[2], ARGV[1])
-    end
-    if owned then
+    if owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
         call("DEL", KEYS[1])
     end
     if KEYS[3] then -- given up: remembered, with an expiry
@@ -45,6 +42,8 @@ return guarded(function()
     end
     if not owned then
         return retried and 2 or 0
+    elseif not KEYS[3] then -- a give-up's reply is nobody's to retry
+        remember(KEYS[2], ARGV[1])
     end
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)
