@@ -37,7 +37,7 @@
 --        A refusal (call.lua): nothing was changed.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
-    local retried = not owned and released(KEYS[2], ARGV[1])
+    local retried = not owned and released(ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
     local ttl = KEYS[6] and call("PTTL", KEYS[6])
     -- Every write below, asked for before the first; the first may still
@@ -94,7 +94,7 @@ return guarded(function()
         call("DEL", KEYS[1])
     end
     if not KEYS[6] then -- a give-up's reply is nobody's to retry
-        remember(KEYS[2], ARGV[1])
+        remember(ARGV[1])
     end
     if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
         return msg == "" and 1 or msg

@@ -1,4 +1,5 @@
--- record.lua: put in front of the release scripts, after call.lua.
+-- record.lua: put in front of the release scripts, after call.lua. The
+-- record is their KEYS[2].
 --
 -- The record of a lock's recent releases, by which a client's retried
 -- release is told that it ran (release.lua): one string per lock of 64
@@ -9,18 +10,18 @@ local function slot(id)
     return (string.byte(id, 1) + 7 * string.byte(id, 2)) % 64 * #id
 end
 
-local function released(key, id)
-    local ids, at = get(key), slot(id)
+local function released(id)
+    local ids, at = get(KEYS[2]), slot(id)
     return type(ids) == "string" and string.sub(ids, at + 1, at + #id) == id
 end
 
--- remember records id as released in key, after the release's DEL (Redis
--- then lets it through whatever its memory). Refused (an ACL without
--- SETRANGE or PEXPIRE, a value of another type in key), the release goes
+-- remember records id as released, after the release's DEL (Redis then
+-- lets it through whatever its memory). Refused (an ACL without SETRANGE
+-- or PEXPIRE, a value of another type in KEYS[2]), the release goes
 -- unrecorded. The record never stays without an expiry.
-local function remember(key, id)
-    if type(redis.pcall("SETRANGE", key, slot(id), id)) == "number"
-        and type(redis.pcall("PEXPIRE", key, 10000)) ~= "number" then
-        redis.pcall("DEL", key)
+local function remember(id)
+    if type(redis.pcall("SETRANGE", KEYS[2], slot(id), id)) == "number"
+        and type(redis.pcall("PEXPIRE", KEYS[2], 10000)) ~= "number" then
+        redis.pcall("DEL", KEYS[2])
     end
 end

@@ -25,7 +25,7 @@
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
     local owned = get(KEYS[1]) == ARGV[1]
-    local retried = not owned and released(KEYS[2], ARGV[1])
+    local retried = not owned and released(ARGV[1])
     local ttl = KEYS[3] and call("PTTL", KEYS[3])
     if KEYS[3] then
         need("SADD", KEYS[3], ARGV[1])
@@ -43,7 +43,7 @@ return guarded(function()
     if not owned then
         return retried and 2 or 0
     elseif not KEYS[3] then -- a give-up's reply is nobody's to retry
-        remember(KEYS[2], ARGV[1])
+        remember(ARGV[1])
     end
     return type(redis.pcall("PUBLISH", ARGV[2], "")) == "number" and 1 or 3
 end)
