@@ -83,9 +83,9 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 
 // releaseCall returns release's script call, tagged with rl.
 func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Duration) *store.Call {
-	c := &store.Call{Ctx: ctx, Script: rl.mode.release, Keys: slices.Clone(rl.names.release), Args: []any{id, rl.names.channel}, Tag: rl}
+	c := &store.Call{Ctx: ctx, Script: rl.mode.release, Keys: rl.names.release, Args: []any{id, rl.names.channel}, Tag: rl}
 	if abandon > 0 {
-		c.Keys = append(c.Keys, rl.names.acquire[1])
+		c.Keys = append(slices.Clip(c.Keys), rl.names.acquire[1]) // a copy: the lock's names stay as they are
 		c.Args = append(c.Args, abandon.Milliseconds())
 	}
 	return c
