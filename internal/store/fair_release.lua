@@ -27,7 +27,8 @@
 --        on (so that the releaser can tell a waiter of its own process
 --        without pub/sub), "!" and the message when Redis refused the
 --        PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
---        refused (as release.lua); either way KEYS[2] records ARGV[1] (as in release.lua).
+--        refused (as release.lua); either way ARGV[1] is recorded in
+--        KEYS[2] as release.lua records it.
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
 --        does not hold ARGV[1] and ARGV[1] was not released: a loss. When
 --        no token can be minted for the first live waiter, fenced (KEYS[5]
