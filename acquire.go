@@ -8,12 +8,13 @@ import (
 	"github.com/redislock/redislock/internal/store"
 )
 
-// acquire makes a first acquisition within ctx; the hold it begins has
-// holding as its holding context. The caller holds rl.op.
-func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) (bool, time.Duration, error) {
+// acquire makes a first acquisition within ctx, for a wait when waiting;
+// the hold it begins has holding as its holding context. The caller holds
+// rl.op.
+func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration, waiting bool) (bool, time.Duration, error) {
 	id := newID()
 	sent := rl.locker.clock.Now()
-	token, pttl, err := rl.mode.take(rl, ctx, id, lease)
+	token, pttl, err := rl.mode.take(rl, ctx, id, lease, waiting)
 	switch {
 	case err != nil:
 		if store.Ambiguous(err) {
@@ -38,10 +39,11 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration) 
 }
 
 // A mode is what a lock's kind changes in its calls: how a first
-// acquisition is attempted (its fencing token, or -1 and the holder's
-// remaining lease), and the scripts that release and renew its holds.
+// acquisition is attempted, alone or for a wait (its fencing token, or -1
+// and how long the holder's lease has left), and the scripts that release
+// and renew its holds.
 type mode struct {
-	take    func(rl *RedisLock, ctx context.Context, id string, lease time.Duration) (token int64, pttl time.Duration, err error)
+	take    func(rl *RedisLock, ctx context.Context, id string, lease time.Duration, waiting bool) (token int64, pttl time.Duration, err error)
 	release *store.Script
 	renew   *store.Script
 }
@@ -53,9 +55,14 @@ var (
 	fairMode  = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
 )
 
-// attemptPlain runs acquire.lua for id.
-func (rl *RedisLock) attemptPlain(ctx context.Context, id string, lease time.Duration) (int64, time.Duration, error) {
-	reply, err := rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, id, lease.Milliseconds())
+// attemptPlain runs acquire.lua for id. A wait's attempt keeps new shares
+// of a shared lock out for two leases.
+func (rl *RedisLock) attemptPlain(ctx context.Context, id string, lease time.Duration, waiting bool) (int64, time.Duration, error) {
+	args := []any{id, lease.Milliseconds()}
+	if waiting {
+		args = append(args, 2*lease.Milliseconds())
+	}
+	reply, err := rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, args...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -99,7 +106,7 @@ func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error
 		if err := validExpiry(lease); err != nil {
 			return false, err
 		}
-		ok, _, err := rl.acquire(ctx, holding, lease)
+		ok, _, err := rl.acquire(ctx, holding, lease, false)
 		return ok, err
 	}
 	h.count++
@@ -109,8 +116,9 @@ func (rl *RedisLock) reenter(ctx, holding context.Context, h *hold) (bool, error
 
 // acquireCtx is AcquireCtx, also returning the holder's remaining lease when
 // another owner holds the lock (negative when its key has no expiry); its
-// round trips run within ctx, a hold it begins has holding.
-func (rl *RedisLock) acquireCtx(ctx, holding context.Context) (bool, time.Duration, error) {
+// round trips run within ctx, a hold it begins has holding; waiting says
+// a wait makes it.
+func (rl *RedisLock) acquireCtx(ctx, holding context.Context, waiting bool) (bool, time.Duration, error) {
 	if err := rl.lockOp(ctx); err != nil {
 		return false, 0, opErr("acquire", rl.key, err)
 	}
@@ -127,7 +135,7 @@ func (rl *RedisLock) acquireCtx(ctx, holding context.Context) (bool, time.Durati
 	if err := validExpiry(lease); err != nil {
 		return false, 0, err
 	}
-	ok, pttl, err := rl.acquire(ctx, holding, lease)
+	ok, pttl, err := rl.acquire(ctx, holding, lease, waiting)
 	countAcquire(false, ok, err)
 	return ok, pttl, err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redislock/redislock/internal/redisserver"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // Benchmarks against a real redis-server that they start. Each pair runs our
@@ -33,7 +34,7 @@ func benchClient(b *testing.B) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	b.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
-	for _, s := range []*redis.Script{rawAcquire, rawRelease, rawExtend, acquireScript, extendScript, releaseScript} {
+	for _, s := range []*redis.Script{rawAcquire, rawRelease, rawExtend, acquireScript, extendScript, releaseScript, store.PermitAcquire.Script} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)
 		}
@@ -61,18 +62,33 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 	})
-	b.Run("impl=redislock", func(b *testing.B) {
-		b.ReportAllocs()
-		rl := NewRedisLock(FromGoRedis(c), "bench:ours")
-		for i := 0; i < b.N; i++ {
-			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
-				b.Fatal(ok, err)
+	// A plain lock, a permit of a semaphore with another holder (so that
+	// the key stays), and a share beside another (issue 28: within 1.10×
+	// a plain lock's pair).
+	for _, kind := range []struct {
+		name string
+		opts []Option
+	}{{"redislock", nil}, {"redislock-semaphore", []Option{WithPermits(8)}}, {"redislock-shared", []Option{WithShared()}}} {
+		b.Run("impl="+kind.name, func(b *testing.B) {
+			b.ReportAllocs()
+			if kind.opts != nil {
+				other := NewRedisLock(FromGoRedis(c), "bench:"+kind.name, kind.opts...)
+				if ok, err := other.AcquireCtx(ctx); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+				defer other.ReleaseCtx(ctx)
 			}
-			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
-				b.Fatal(ok, err)
+			rl := NewRedisLock(FromGoRedis(c), "bench:"+kind.name, kind.opts...)
+			for i := 0; i < b.N; i++ {
+				if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+				if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
 			}
-		}
-	})
+		})
+	}
 	// Our client code alone: a new RedisLock per pair, on a store that
 	// answers at once.
 	b.Run("impl=redislock-no-network", func(b *testing.B) {

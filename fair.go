@@ -57,7 +57,7 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 
 // attemptNow is a fair lock's first acquisition: one attempt that does not
 // queue.
-func (rl *RedisLock) attemptNow(ctx context.Context, id string, lease time.Duration) (int64, time.Duration, error) {
+func (rl *RedisLock) attemptNow(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {
 	token, pttl, _, err := rl.attemptFair(ctx, id, lease, 0)
 	return token, pttl, err
 }

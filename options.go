@@ -28,6 +28,8 @@ type options struct {
 	watchdog bool
 	fencing  bool
 	fair     bool
+	permits  int  // of a semaphore (WithPermits); 0 for others
+	shared   bool // WithShared
 	clock    clock.Clock
 	err      error
 

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -90,7 +91,9 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		release: []string{key, relatedName(key, "releases")},
 		channel: relatedName(key, "released"),
 	}}
-	if o.fair {
+	if o.permits > 0 || o.shared {
+		rl.mode, o.err = permitMode, cmp.Or(o.err, permitsErr(o))
+	} else if o.fair {
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
 		rl.names.release = append(rl.names.release, rl.names.queue, rl.names.waiters, relatedName(key, "fence"))
@@ -178,7 +181,7 @@ func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return false, err
 	}
-	ok, _, err := rl.acquireCtx(ctx, ctx)
+	ok, _, err := rl.acquireCtx(ctx, ctx, false)
 	return ok, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -384,6 +385,29 @@ func scriptCases() []scriptCase {
 			[]string{"TYPE", "GET", "TIME", "ZRANGE", "HGET", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
 		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
+		// Semaphores and shared locks: "zset <mark> <score> <holder>..." (see setup).
+		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},
+			[]string{"ZSCORE", "GET", "TIME", "ZCARD", "ZRANGEBYSCORE", "ZADD", "PEXPIRE", "SISMEMBER"}, nil, true, false},
+		{"permit acquire, full", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab}, []any{"me", 10000, 1},
+			[]string{"ZSCORE", "TIME", "ZCARD", "ZRANGEBYSCORE", "ZADD", "PEXPIRE", "SISMEMBER", "ZREMRANGEBYSCORE"}, nil, true, false},
+		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
+			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
+		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},
+			[]string{"SET", "GET", "ZSCORE", "ZCARD", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZREMRANGEBYSCORE"}, nil, true, false},
+		{"acquire, shared, left", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0"}, []string{k, ab}, []any{"me", 10000},
+			[]string{"SET", "GET", "ZSCORE", "ZCARD", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZREMRANGEBYSCORE"}, nil, true, false},
+		{"extend, a permit", store.Extend, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me", 10000},
+			[]string{"GET", "ZSCORE", "TIME", "PEXPIRE", "ZADD"}, nil, true, false},
+		{"release, a permit", store.Release, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, marker}, []any{"me", "ch"},
+			[]string{"GET", "ZSCORE", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZCARD", "PEXPIRE", "DEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+		{"release, the last share", store.Release, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker}, []any{"me", "ch"},
+			[]string{"GET", "ZSCORE", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZCARD", "PEXPIRE", "DEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+		{"ttl, a permit", store.TTL, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me"},
+			[]string{"GET", "ZSCORE", "TIME"}, nil, false, false},
+		{"inspect, a semaphore", store.Inspect, map[string]string{k: "zset " + store.PermitsMark + " -2 other"}, []string{k, fence, queue, waiters}, nil,
+			[]string{"TYPE", "TIME", "ZRANGE", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
+		{"break, a holder", store.Break, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, broken}, []any{"other", "ch", 60000, "call"},
+			[]string{"HGET", "GET", "PTTL", "ZSCORE", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZCARD", "PEXPIRE", "DEL", "HSET", "PUBLISH"}, []string{"HSET", "PUBLISH"}, true, false},
 	}
 }
 
@@ -417,7 +441,17 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 	setup := func(c scriptCase) {
 		must(t, admin.FlushAll(ctx).Err())
 		for key, v := range c.setup {
-			must(t, admin.Set(ctx, key, v, time.Minute).Err())
+			f := strings.Fields(v)
+			if len(f) < 3 || f[0] != "zset" {
+				must(t, admin.Set(ctx, key, v, time.Minute).Err())
+				continue
+			}
+			score, _ := strconv.ParseFloat(f[2], 64)
+			must(t, admin.ZAdd(ctx, key, redis.Z{Score: score, Member: f[1]}).Err())
+			for _, holder := range f[3:] {
+				must(t, admin.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().UnixMilli() + 60000), Member: holder}).Err())
+			}
+			must(t, admin.PExpire(ctx, key, time.Minute).Err())
 		}
 		if c.alone {
 			return
@@ -504,6 +538,7 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 var denyOOMFirst = map[string]bool{
 	"acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
 	"release, given up": true, "fair acquire, join": true, "fair acquire, free": true,
+	"permit acquire, free": true, "acquire, shared, waiting": true, "acquire, shared, left": true, "extend, a permit": true,
 }
 
 // refusalRound is one fault-table round of refusals: for each store, n

@@ -145,6 +145,33 @@ func TestScriptsTouchOnlyTheirKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.letGo(ctx, "given-up", time.Second, time.Minute, true)
+	// A semaphore: taken, full, renewed, TTL, inspected, released; a
+	// shared lock under an exclusive wait, and broken.
+	p := NewRedisLock(FromGoRedis(c), "mon:sem", WithPermits(1), short)
+	mustAcquire(t, p)
+	if ok, err := NewRedisLock(FromGoRedis(c), "mon:sem", WithPermits(1)).Acquire(); ok || err != nil {
+		t.Fatalf("full: %v, %v", ok, err)
+	}
+	until = p.Until()
+	waitFor(t, 10*time.Second, "a renewal", func() bool { return p.Until().After(until) })
+	if _, err := p.TTL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Inspect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, p)
+	sh := NewRedisLock(FromGoRedis(c), "mon:shared", WithShared(), short)
+	mustAcquire(t, sh)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	if err := NewRedisLock(FromGoRedis(c), "mon:shared").AcquireWait(wctx); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("an exclusive wait under a share: %v", err)
+	}
+	cancel()
+	if _, err := sh.Break(ctx, sh.Owner()); err != nil {
+		t.Fatal(err)
+	}
+	sh.Release() // broken: it reports the loss
 	// Fair and fenced: a waiter refreshed and handed the lock, one that
 	// gives up, Inspect, and a Break that hands the lock on.
 	fair := func() *RedisLock {

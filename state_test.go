@@ -23,6 +23,7 @@ func TestPackageLevelState(t *testing.T) {
 		"./releasedLabel":       "a metric label",
 		"./plainMode":           "a lock's kind: its scripts",
 		"./fairMode":            "a fair lock's kind: its scripts",
+		"./permitMode":          "a semaphore's or a shared lock's kind: its scripts",
 		"internal/store/lua":    "the embedded scripts",
 		"internal/wake/closed":  "a closed channel",
 		"internal/keyslot/tags": "keyslot's memo of hash tags",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,20 @@ type Status struct {
 	// Waiters counts the live waiters queued for the lock when it is fair
 	// (see WithFairness).
 	Waiters int
+	// Permits is the number of permits of a semaphore (see WithPermits),
+	// Shared is true for a shared lock (WithShared). Holders then counts
+	// their live holders (Holders lists them), Held reports that there is
+	// one, and Owner, TTL and Expires are the key's: "", and as long as
+	// the longest lease.
+	Permits int
+	Shared  bool
+	Holders int
+}
+
+// A Holder is one holder of a semaphore or of a shared lock.
+type Holder struct {
+	Owner string        // its id, as its RedisLock's Owner method returns it
+	TTL   time.Duration // its remaining lease, by the server's clock
 }
 
 // rememberBreak is how long a break is remembered, so that a client's retry
@@ -61,14 +76,21 @@ func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
 
 // inspect runs inspect.lua.
 func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
+	st, _, err := rl.inspectAll(ctx)
+	return st, err
+}
+
+// inspectAll runs inspect.lua, and returns the holders of a semaphore or a
+// shared lock too, by owner id.
+func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
 	reply, err := rl.locker.store.Run(ctx, store.Inspect, keys)
 	if err != nil {
-		return Status{}, err
+		return Status{}, nil, err
 	}
 	in, err := store.ParseInspect(reply)
 	if err != nil {
-		return Status{}, err
+		return Status{}, nil, err
 	}
 	kind, owner, pttl, counter, waiters, expires := in.Kind, in.Owner, in.PTTL, in.Counter, in.Waiters, in.Expires
 	st := Status{Key: rl.key, Waiters: int(waiters)}
@@ -79,19 +101,56 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 		if expires >= 0 {
 			st.Expires = time.UnixMilli(expires)
 		}
+	case "zset":
+		if !holdersOf(&st, in.Holders) {
+			return Status{}, nil, fmt.Errorf("%w: a zset", ErrWrongType)
+		}
+		st.TTL = store.LeaseLeft(pttl)
 	default:
-		return Status{}, fmt.Errorf("%w: a %s", ErrWrongType, kind)
+		return Status{}, nil, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
 	if counter != "" {
 		value, isString := strings.CutPrefix(counter, "=")
 		n, ok := store.ParseCounter(value)
 		if !ok || !isString {
 			// The rest of st stands: Break needs it.
-			return st, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
+			return st, nil, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
 		}
 		st.Fence = n
 	}
-	return st, nil
+	var holders []Holder
+	for id, left := range in.Holders {
+		if id != store.PermitsMark && id != store.SharedMark {
+			holders = append(holders, Holder{Owner: id, TTL: time.Duration(left) * time.Millisecond})
+		}
+	}
+	slices.SortFunc(holders, func(a, b Holder) int { return strings.Compare(a.Owner, b.Owner) })
+	return st, holders, nil
+}
+
+// holdersOf fills st with what inspect.lua read of the holders of a
+// semaphore's or a shared lock's key: false when it has the mark of
+// neither.
+func holdersOf(st *Status, holders map[string]int64) bool {
+	permits, semaphore := holders[store.PermitsMark]
+	_, st.Shared = holders[store.SharedMark]
+	st.Permits, st.Holders = int(-permits), len(holders)-1
+	st.Held = st.Holders > 0
+	return semaphore || st.Shared
+}
+
+// Holders lists the live holders of a semaphore or a shared lock, in one
+// round trip, by owner id; none for a lock. It needs no hold, and changes
+// nothing.
+func (rl *RedisLock) Holders(ctx context.Context) ([]Holder, error) {
+	if err := rl.check(ctx); err != nil {
+		return nil, err
+	}
+	_, holders, err := rl.inspectAll(ctx)
+	if err != nil {
+		return nil, opErr("inspect", rl.key, err)
+	}
+	return holders, nil
 }
 
 // Break deletes the lock's key on an operator's word, whoever holds it, or
@@ -143,6 +202,8 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 		rl.locker.wakeupRefused(rl.key)
 	case broken == -1:
 		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: not a string", ErrWrongType))
+	case broken == 0 && st.Held && was == "": // a semaphore or a shared lock
+		return st, fmt.Errorf("%w: %s does not hold %s", ErrHeldByOther, owner, rl.key)
 	case broken == 0 && st.Held:
 		return st, fmt.Errorf("%w: %s holds %s, not %s", ErrHeldByOther, was, rl.key, owner)
 	}
@@ -188,18 +249,19 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	var last Status
+	var lastHolders []Holder
 	for first := true; ; first = false {
-		st, err := rl.inspect(ctx)
+		st, holders, err := rl.inspectAll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return opErr("watch", rl.key, err)
 		}
-		if first || changed(last, st) {
+		if first || changed(last, st) || !slices.EqualFunc(lastHolders, holders, sameOwner) {
 			fn(st)
 		}
-		last = st
+		last, lastHolders = st, holders
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -212,11 +274,14 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 // changed reports whether now differs from was in what Watch reports.
 func changed(was, now Status) bool {
 	switch {
-	case was.Held != now.Held, was.Owner != now.Owner, was.Fence != now.Fence, was.Waiters != now.Waiters:
+	case was.Held != now.Held, was.Owner != now.Owner, was.Fence != now.Fence, was.Waiters != now.Waiters,
+		was.Holders != now.Holders:
 		return true
 	}
 	return leaseMoved(was.Expires, now.Expires)
 }
+
+func sameOwner(a, b Holder) bool { return a.Owner == b.Owner }
 
 // leaseMoved reports whether a key's expiry moved between two readings:
 // extended, shortened, set or removed. Before Redis 7.0 an expiry is read

@@ -157,7 +157,11 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				_ = rl.releaseDetached(ctx, nil)
 				return rl.gaveUp(ctx)
 			case done && err == nil:
-				w.Leave(rl.leaseOfHold())
+				if rl.mode == permitMode {
+					w.Leave(0) // the next may take another permit, or share
+				} else {
+					w.Leave(rl.leaseOfHold())
+				}
 				return nil
 			case done:
 				return err
@@ -220,7 +224,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 // left, and any error.
 func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *store.Handoff) (done bool, wait time.Duration, err error) {
 	if fw == nil {
-		ok, pttl, err := rl.acquireCtx(ctx, holding)
+		ok, pttl, err := rl.acquireCtx(ctx, holding, true)
 		return ok, pttl, err
 	}
 	return rl.fairStep(ctx, holding, fw, m)

@@ -25,15 +25,23 @@ const exitNotALock = 65 // EX_DATAERR
 // statusJSON is a Status as status -json, break -json and watch -json
 // print it, one object per line.
 type statusJSON struct {
-	Time    string `json:"time,omitempty"` // watch: when the change was seen
-	Key     string `json:"key"`
-	Held    bool   `json:"held"`
-	Owner   string `json:"owner"`
-	TTLms   int64  `json:"ttl_ms"`            // 0 when free, -1 when the key has no expiry
-	Expires string `json:"expires,omitempty"` // by the Redis server's clock, RFC 3339
-	Fence   int64  `json:"fence"`
-	Waiters int    `json:"waiters"`
-	Broken  *bool  `json:"broken,omitempty"` // break: whether it broke the lock
+	Time    string       `json:"time,omitempty"` // watch: when the change was seen
+	Key     string       `json:"key"`
+	Held    bool         `json:"held"`
+	Owner   string       `json:"owner"`
+	TTLms   int64        `json:"ttl_ms"`            // 0 when free, -1 when the key has no expiry
+	Expires string       `json:"expires,omitempty"` // by the Redis server's clock, RFC 3339
+	Fence   int64        `json:"fence"`
+	Waiters int          `json:"waiters"`
+	Permits int          `json:"permits,omitempty"` // a semaphore's
+	Shared  bool         `json:"shared,omitempty"`
+	Holders []holderJSON `json:"holders,omitempty"` // status: a semaphore's or a shared lock's
+	Broken  *bool        `json:"broken,omitempty"`  // break: whether it broke the lock
+}
+
+type holderJSON struct {
+	Owner string `json:"owner"`
+	TTLms int64  `json:"ttl_ms"`
 }
 
 func toJSON(st redislock.Status) statusJSON {
@@ -41,7 +49,8 @@ func toJSON(st redislock.Status) statusJSON {
 	if st.TTL < 0 {
 		ms = -1
 	}
-	v := statusJSON{Key: st.Key, Held: st.Held, Owner: st.Owner, TTLms: ms, Fence: st.Fence, Waiters: st.Waiters}
+	v := statusJSON{Key: st.Key, Held: st.Held, Owner: st.Owner, TTLms: ms, Fence: st.Fence, Waiters: st.Waiters,
+		Permits: st.Permits, Shared: st.Shared}
 	if !st.Expires.IsZero() {
 		v.Expires = st.Expires.UTC().Format(time.RFC3339Nano)
 	}
@@ -51,9 +60,14 @@ func toJSON(st redislock.Status) statusJSON {
 // describe is a Status in one line of text.
 func describe(st redislock.Status) string {
 	var b strings.Builder
-	if !st.Held {
+	switch {
+	case st.Permits > 0:
+		fmt.Fprintf(&b, "%s: %d of %d permits held", text(st.Key), st.Holders, st.Permits)
+	case st.Shared:
+		fmt.Fprintf(&b, "%s: shared by %d", text(st.Key), st.Holders)
+	case !st.Held:
 		fmt.Fprintf(&b, "%s: free", text(st.Key))
-	} else {
+	default:
 		fmt.Fprintf(&b, "%s: held by %s, %s", text(st.Key), text(st.Owner), left(st, ""))
 	}
 	if st.Fence > 0 {
@@ -108,7 +122,7 @@ func newOperator(name, usage string, args []string, stderr io.Writer, more func(
 func failed(stderr io.Writer, err error) int {
 	complain(stderr, err)
 	switch {
-	case errors.Is(err, redislock.ErrWrongType), errors.Is(err, redislock.ErrCorruptFencingCounter):
+	case errors.Is(err, redislock.ErrWrongType), errors.Is(err, redislock.ErrCorruptFencingCounter), errors.Is(err, redislock.ErrWrongKind):
 		return exitNotALock
 	case errors.Is(err, redislock.ErrEmptyKey), errors.Is(err, redislock.ErrKeyTooLong), errors.Is(err, redislock.ErrReservedKey):
 		return exitUsage
@@ -119,7 +133,8 @@ func failed(stderr io.Writer, err error) int {
 const statusUsage = `usage: redislock status [flags] KEY
 
 Prints whether the lock KEY is held, by which owner id, for how long still,
-its fencing counter and how many fair-lock waiters are queued. Exits 0
+its fencing counter and how many fair-lock waiters are queued; for a
+semaphore or a shared lock, each holder and its lease left. Exits 0
 whether the lock is held or free; 64 usage, 65 KEY holds something that is
 not a lock, 69 Redis unavailable.
 
@@ -136,13 +151,25 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := o.lock.Inspect(ctx)
+	var holders []redislock.Holder
+	if err == nil && (st.Permits > 0 || st.Shared) {
+		holders, err = o.lock.Holders(ctx)
+	}
 	if err != nil {
 		return failed(stderr, err)
 	}
 	if o.json {
-		return printJSON(stdout, stderr, toJSON(st))
+		v := toJSON(st)
+		for _, h := range holders {
+			v.Holders = append(v.Holders, holderJSON{Owner: h.Owner, TTLms: h.TTL.Milliseconds()})
+		}
+		return printJSON(stdout, stderr, v)
 	}
-	fmt.Fprintln(stdout, describe(st))
+	line := describe(st)
+	for i, h := range holders {
+		line += map[bool]string{true: ": ", false: ", "}[i == 0] + text(h.Owner) + " " + h.TTL.String() + " left"
+	}
+	fmt.Fprintln(stdout, line)
 	return 0
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,7 +33,7 @@ func TestStatusJSON(t *testing.T) {
 	if code := run([]string{"status", "-addr", srv.Addr, "-json", "inv"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	if v := decodeStatus(t, out.String()); v != (statusJSON{Key: "inv"}) {
+	if v := decodeStatus(t, out.String()); !reflect.DeepEqual(v, statusJSON{Key: "inv"}) {
 		t.Fatalf("free: %+v", v)
 	}
 

@@ -64,6 +64,7 @@ const runUsage = `usage: redislock run [flags] KEY -- COMMAND [ARGS...]
 Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
   64  usage          65  KEY, or its fencing counter, holds something else
+                         (or another kind of lock: see -permits, -shared)
   69  Redis unavailable
   70  lock lost (or -max-hold passed) while COMMAND ran   75  lock busy
   126 COMMAND not executable                      127 COMMAND not found
@@ -94,6 +95,8 @@ func runCmd(args []string, stderr io.Writer) int {
 	wait := fs.Duration("wait", 0, "how long to wait for a busy lock (0: exit 75 at once, like flock -n)")
 	fencing := fs.Bool("fencing", false, "pass a fencing token to COMMAND as $REDISLOCK_TOKEN")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
+	permits := fs.Int("permits", 0, "hold one of N permits of KEY, a semaphore (0: a lock)")
+	shared := fs.Bool("shared", false, "hold KEY shared with other -shared holders, excluding the others")
 	if err := fs.Parse(args); err != nil {
 		return parseStatus(err)
 	}
@@ -132,6 +135,12 @@ func runCmd(args []string, stderr io.Writer) int {
 	}
 	if *fencing {
 		opts = append(opts, redislock.WithFencing())
+	}
+	if *permits != 0 {
+		opts = append(opts, redislock.WithPermits(*permits))
+	}
+	if *shared {
+		opts = append(opts, redislock.WithShared())
 	}
 	if *wait > 0 {
 		opts = append(opts, redislock.WithWaitTimeout(*wait))
@@ -214,7 +223,7 @@ func (r *runner) run() int {
 		}
 		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
 		return exitBusy
-	case !ran && errors.Is(err, redislock.ErrCorruptFencingCounter):
+	case !ran && (errors.Is(err, redislock.ErrCorruptFencingCounter) || errors.Is(err, redislock.ErrWrongKind)):
 		complain(r.stderr, err)
 		return exitNotALock
 	case !ran && isEnd(err):
@@ -305,7 +314,8 @@ func (r *runner) setCode(code int) {
 }
 
 func unavailableOrUsage(err error) int {
-	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry} {
+	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry,
+		redislock.ErrInvalidPermits, errors.ErrUnsupported} {
 		if errors.Is(err, bad) {
 			return exitUsage
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -460,5 +461,81 @@ func TestRunOnAReplicaRunsNothing(t *testing.T) {
 		if _, err := os.Stat(ran); err == nil {
 			t.Fatalf("run on a replica, %s key: the command ran", key)
 		}
+	}
+}
+
+// TestRunPermitsAndShared: 5 runs of a 2-permit semaphore, never more than
+// 2 inside; a shared run beside a shared holder, none beside an exclusive
+// one; status lists the holders; mistakes exit 64 and 65.
+func TestRunPermitsAndShared(t *testing.T) {
+	srv := redisserver.Start(t)
+	f := marksFile(t)
+	script := `echo in >> "$F"; sleep 0.2; echo out >> "$F"`
+	var wg sync.WaitGroup
+	codes := make([]int, 5)
+	for i := range codes {
+		c := newCLI(t, f, "run", "-addr", srv.Addr, "-wait", "30s", "-permits", "2", "exports", "--", "sh", "-c", script)
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i] = c.code(t) }()
+	}
+	wg.Wait()
+	inside, most := 0, 0
+	for _, m := range readMarks(t, f) {
+		if m == "in" {
+			inside++
+		} else {
+			inside--
+		}
+		most = max(most, inside)
+	}
+	if most != 2 || slices.ContainsFunc(codes, func(c int) bool { return c != 0 }) {
+		t.Fatalf("at most %d inside of 2 permits; exits %v", most, codes)
+	}
+
+	client := redislock.FromGoRedis(srv.Client(t))
+	reader := redislock.NewRedisLock(client, "catalogue", redislock.WithShared())
+	if ok, err := reader.Acquire(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if c := newCLI(t, f, "run", "-addr", srv.Addr, "-shared", "catalogue", "--", "true"); c.code(t) != 0 {
+		t.Fatalf("a shared run beside a share: %s", c.errOut)
+	}
+	if c := newCLI(t, f, "run", "-addr", srv.Addr, "catalogue", "--", "true"); c.code(t) != exitBusy {
+		t.Fatalf("an exclusive run beside a share: %s", c.errOut)
+	}
+	var out, errOut lockedBuffer
+	if code := run([]string{"status", "-addr", srv.Addr, "catalogue"}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "catalogue: shared by 1: "+reader.Owner()+" ") {
+		t.Fatalf("status: exit %d, %q %q", code, out.String(), errOut.String())
+	}
+	if ok, err := reader.Release(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+
+	holder := redislock.NewRedisLock(client, "exports", redislock.WithPermits(2))
+	if ok, err := holder.Acquire(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	defer holder.Release()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-permits", "3", "exports"}, exitNotALock},
+		{[]string{"exports"}, exitNotALock},
+		{[]string{"-permits", "-1", "exports"}, exitUsage},
+		{[]string{"-permits", "2", "-shared", "exports"}, exitUsage},
+	} {
+		args := append(append([]string{"run", "-addr", srv.Addr}, tc.args...), "--", "true")
+		if c := newCLI(t, f, args...); c.code(t) != tc.want {
+			t.Fatalf("%v: want exit %d; stderr %q", tc.args, tc.want, c.errOut)
+		}
+	}
+	var js lockedBuffer
+	if code := run([]string{"status", "-addr", srv.Addr, "-json", "exports"}, &js, &errOut); code != 0 {
+		t.Fatalf("status -json: exit %d", code)
+	}
+	if v := decodeStatus(t, js.String()); v.Permits != 2 || len(v.Holders) != 1 || v.Holders[0].Owner != holder.Owner() || v.Holders[0].TTLms <= 0 {
+		t.Fatalf("status -json: %+v", v)
 	}
 }

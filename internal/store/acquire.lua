@@ -5,12 +5,16 @@
 -- KEYS[3]  optional: its fencing counter (same hash slot, no TTL)
 -- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
 -- ARGV[2]  the lease in milliseconds
+-- ARGV[3]  optional: the attempt is a wait's, which a shared lock's
+--          holders make way for: no new share is given for ARGV[3] ms
+--          (see holders.lua)
 --
 -- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
 --        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}
 --        (see fence.lua). Otherwise an integer: the holder's remaining
 --        lease in ms (PTTL), -1 when the key has no expiry, 0 for an attempt
---        already given up. The error REDISLOCK_CORRUPT_COUNTER (fence.lua),
+--        already given up. The error REDISLOCK_KIND on a semaphore's key
+--        (holders.lua), REDISLOCK_CORRUPT_COUNTER (fence.lua),
 --        or a refusal (call.lua): the lock was not taken, and KEYS[1] was
 --        given back if this call had set it (a refusal of that DEL says
 --        "left to expire").
@@ -30,6 +34,9 @@ return guarded(function()
         end
         -- false when taken; else what the key holds
         old = not call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and get(KEYS[1])
+    end
+    if old == 0 then -- another type: a semaphore, a shared lock (holders.lua)?
+        old = exclusive()
     end
     if old and old ~= ARGV[1] then
         return call("PTTL", KEYS[1]) -- held by another owner (or not a string)

@@ -1,7 +1,8 @@
 -- break.lua: delete a lock on an operator's word, whoever holds it or only
 -- a given owner, and wake its waiters.
 --
--- KEYS[1]  the lock key
+-- KEYS[1]  the lock key; or a semaphore's or a shared lock's (see
+--          holders.lua), of which ARGV[1] leaves the holders, or all do
 -- KEYS[2]  its recent breaks: a hash of call id -> "<pttl> <owner>"
 -- ARGV[1]  the owner id to break, or "" for whoever holds the lock
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
@@ -33,7 +34,13 @@ return guarded(function()
     end
     local owner = get(KEYS[1])
     local pttl = call("PTTL", KEYS[1])
-    if type(owner) ~= "string" then
+    local holders = owner == 0 and (mark(PERMITS) or mark(SHARED))
+    if holders then -- a semaphore or a shared lock: ARGV[1] leaves, or all do
+        owner = ARGV[1]
+        if owner ~= "" and not score(1, owner) then
+            return {0, "", pttl}
+        end
+    elseif type(owner) ~= "string" then
         if pttl == -2 then
             return {0, "", pttl}
         end
@@ -42,7 +49,11 @@ return guarded(function()
     if ARGV[1] ~= "" and owner ~= ARGV[1] then
         return {0, owner, pttl}
     end
-    call("DEL", KEYS[1])
+    if holders and owner ~= "" then
+        leave(owner)
+    else
+        call("DEL", KEYS[1])
+    end
     if type(done) ~= "table" then -- remembered, unless KEYS[2] is of another type
         if pcall(call, "HSET", KEYS[2], ARGV[4], pttl .. " " .. owner)
             and not pcall(call, "PEXPIRE", KEYS[2], ARGV[3]) then

@@ -14,7 +14,12 @@ var (
 	ErrUnexpectedReply       = errors.New("redislock: unexpected reply from redis")
 	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
 	ErrRefused               = errors.New("redislock: redis refused a command")
+	ErrWrongKind             = errors.New("redislock: key holds another kind of lock")
 )
+
+// wrongKindReply starts the error a script replies when a key is another
+// kind of lock than asked for (see holders.lua).
+const wrongKindReply = "REDISLOCK_KIND "
 
 // corruptCounterReply starts the error a script replies when a fencing
 // counter holds something other than a number (see fence.lua).
@@ -32,6 +37,9 @@ func checkReply(reply any, err error, command, key string) (any, error) {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
 		_, counter, _ := strings.Cut(err.Error(), corruptCounterReply)
 		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, counter)
+	case err != nil && strings.Contains(err.Error(), wrongKindReply):
+		_, what, _ := strings.Cut(err.Error(), wrongKindReply)
+		return nil, fmt.Errorf("%w: %s", ErrWrongKind, what)
 	case errors.Is(err, redis.Nil) || (err == nil && reply == nil):
 		return nil, fmt.Errorf("%w: nil", ErrUnexpectedReply)
 	case errors.As(err, &e):

@@ -2,7 +2,8 @@
 -- re-entry) or of many (a watchdog batch on a single Redis primary, where
 -- every key is local).
 --
--- KEYS[i]      a lock key
+-- KEYS[i]      a lock key, or a semaphore's or a shared lock's, whose
+--              holder's lease is renewed (see holders.lua)
 -- ARGV[2i-1]   the id of its owner
 -- ARGV[2i]     its lease in milliseconds
 --
@@ -13,11 +14,18 @@
 --        Redis refuses a GET or a PEXPIRE at its first key, before any
 --        lease was changed.
 return guarded(function()
-    local renewed = {}
+    local renewed, ms = {}, nil
     for i = 1, #KEYS do
         renewed[i] = 0
-        if get(KEYS[i]) == ARGV[2 * i - 1] then
+        local value = get(KEYS[i])
+        if value == ARGV[2 * i - 1] then
             renewed[i] = call("PEXPIRE", KEYS[i], ARGV[2 * i])
+        elseif value == 0 and score(i, ARGV[2 * i - 1]) then
+            ms = ms or clock() -- a holder of a semaphore or a shared lock
+            need("PEXPIRE", KEYS[i])
+            call("ZADD", KEYS[i], "XX", ms + ARGV[2 * i], ARGV[2 * i - 1])
+            call("PEXPIRE", KEYS[i], ARGV[2 * i], "GT")
+            renewed[i] = 1
         end
     end
     return renewed

@@ -5,7 +5,7 @@
 -- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 --
--- Reply: {type, owner, pttl, counter, waiters, expires}:
+-- Reply: {type, owner, pttl, counter, waiters, expires, holders}:
 --        type     the type of KEYS[1]: "none" when the lock is free,
 --                 "string" when held, another type when someone else
 --                 wrote the key;
@@ -17,6 +17,8 @@
 --        expires  when KEYS[1] expires, in ms of the server's clock
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
+--        holders  of a sorted set (holders.lua): id, lease left in ms, for
+--                 each live holder; its mark and score.
 --        A refusal as call.lua says.
 return guarded(function()
     local kind = call("TYPE", KEYS[1]).ok
@@ -40,5 +42,16 @@ return guarded(function()
     if type(expires) ~= "number" then -- Redis before 7.0
         expires = pttl >= 0 and now + pttl or pttl
     end
-    return {kind, owner, pttl, counter, waiters, expires}
+    local holders = {} -- of a semaphore or a shared lock: id, lease left
+    if kind == "zset" then
+        local all = call("ZRANGE", KEYS[1], 0, -1, "WITHSCORES")
+        for i = 1, #all, 2 do
+            local score = tonumber(all[i + 1])
+            if score <= 0 or score > now then
+                holders[#holders + 1] = all[i]
+                holders[#holders + 1] = score > 0 and score - now or score
+            end
+        end
+    end
+    return {kind, owner, pttl, counter, waiters, expires, holders}
 end)

@@ -1,6 +1,7 @@
 -- release.lua: delete the lock if, and only if, we own it, and wake a waiter.
 --
--- KEYS[1]  the lock key
+-- KEYS[1]  the lock key; or a semaphore's or a shared lock's, which
+--          ARGV[1] leaves as a holder (see holders.lua)
 -- KEYS[2]  the record of its recent releases (see record.lua)
 -- KEYS[3]  optional: its abandoned attempts, a set of ids given up
 -- ARGV[1]  the owner id
@@ -24,14 +25,17 @@
 --        the reply, so a late run of it will not take the lock (see
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
-    local owned = get(KEYS[1]) == ARGV[1]
+    local value = get(KEYS[1])
+    local owned = value == ARGV[1] or value == 0 and score(1, ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local ttl = KEYS[3] and call("PTTL", KEYS[3])
     if KEYS[3] then
         need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
     end
-    if owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
+    if owned and value == 0 then
+        leave(ARGV[1])
+    elseif owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
         call("DEL", KEYS[1])
     end
     if KEYS[3] then -- given up: remembered, with an expiry

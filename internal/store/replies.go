@@ -140,13 +140,22 @@ type Inspection struct {
 	Counter     string // "=" and the fencing counter's value; "" when missing; "(type)" when not a string
 	Waiters     int64
 	Expires     int64 // ms of the server's clock; -1 without expiry, -2 missing
+	// Holders of a sorted set, by id: each live holder's lease left in ms,
+	// and its mark's score (see holders.lua).
+	Holders map[string]int64
 }
+
+// The marks of a semaphore's key and of a shared lock's (see holders.lua).
+const (
+	PermitsMark = "redislock:permits"
+	SharedMark  = "redislock:shared"
+)
 
 // ParseInspect reads the reply of inspect.lua.
 func ParseInspect(reply any) (Inspection, error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != 6 {
-		return Inspection{}, unexpected(reply, "6 values")
+	if !ok || len(v) != 7 {
+		return Inspection{}, unexpected(reply, "7 values")
 	}
 	var in Inspection
 	var ok1, ok2, ok3, ok4, ok5, ok6 bool
@@ -156,8 +165,18 @@ func ParseInspect(reply any) (Inspection, error) {
 	in.Counter, ok4 = v[3].(string)
 	in.Waiters, ok5 = v[4].(int64)
 	in.Expires, ok6 = v[5].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || in.PTTL < -2 || in.Waiters < 0 {
+	holders, ok7 := v[6].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || len(holders)%2 != 0 || in.PTTL < -2 || in.Waiters < 0 {
 		return Inspection{}, unexpected(reply, "an inspection")
+	}
+	in.Holders = map[string]int64{}
+	for i := 0; i < len(holders); i += 2 {
+		id, ok1 := holders[i].(string)
+		left, ok2 := holders[i+1].(int64)
+		if !ok1 || !ok2 {
+			return Inspection{}, unexpected(reply, "an inspection")
+		}
+		in.Holders[id] = left
 	}
 	return in, nil
 }

@@ -21,16 +21,17 @@ type Script struct {
 	readOnly bool   // writes nothing: sent with EVALSHA_RO where the client can
 }
 
-// The scripts. fence.lua is a function that the acquiring ones share.
+// The scripts. fence.lua and holders.lua are functions that they share.
 var (
-	Acquire     = newScript(false, "fence.lua", "acquire.lua")
-	Extend      = newScript(false, "extend.lua")
-	Release     = newScript(false, "record.lua", "release.lua")
-	TTL         = newScript(true, "ttl.lua")
-	FairAcquire = newScript(false, "fence.lua", "fair_acquire.lua")
-	FairRelease = newScript(false, "fence.lua", "record.lua", "fair_release.lua")
-	Inspect     = newScript(true, "inspect.lua")
-	Break       = newScript(false, "break.lua")
+	Acquire       = newScript(false, "fence.lua", "holders.lua", "acquire.lua")
+	PermitAcquire = newScript(false, "holders.lua", "permit_acquire.lua")
+	Extend        = newScript(false, "holders.lua", "extend.lua")
+	Release       = newScript(false, "record.lua", "holders.lua", "release.lua")
+	TTL           = newScript(true, "holders.lua", "ttl.lua")
+	FairAcquire   = newScript(false, "fence.lua", "fair_acquire.lua")
+	FairRelease   = newScript(false, "fence.lua", "record.lua", "fair_release.lua")
+	Inspect       = newScript(true, "inspect.lua")
+	Break         = newScript(false, "holders.lua", "break.lua")
 )
 
 func newScript(readOnly bool, files ...string) *Script {
@@ -58,5 +59,5 @@ func Files() map[string]string {
 
 // All returns every script.
 func All() []*Script {
-	return []*Script{Acquire, Extend, Release, TTL, FairAcquire, FairRelease, Inspect, Break}
+	return []*Script{Acquire, PermitAcquire, Extend, Release, TTL, FairAcquire, FairRelease, Inspect, Break}
 }

@@ -264,7 +264,7 @@ func Ambiguous(err error) bool {
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
-		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, redis.ErrClosed):
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, ErrWrongKind), errors.Is(err, redis.ErrClosed):
 		return false // Redis refused it, or it was never sent
 	}
 	return true

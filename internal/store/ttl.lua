@@ -1,14 +1,19 @@
 -- ttl.lua: the remaining lease, checked against the owner. Read-only.
 --
--- KEYS[1]  the lock key
+-- KEYS[1]  the lock key, or a semaphore's or a shared lock's (holders.lua)
 -- ARGV[1]  the owner's id
 --
 -- Reply: the remaining lease in ms (PTTL) when KEYS[1] holds ARGV[1]
 --        (-1 when someone removed its expiry); -2 when it does not. A
 --        refusal as call.lua says.
 return guarded(function()
-    if get(KEYS[1]) == ARGV[1] then
+    local value = get(KEYS[1])
+    if value == ARGV[1] then
         return call("PTTL", KEYS[1])
+    end
+    local left = value == 0 and (score(1, ARGV[1]) or 0) - clock()
+    if left and left > 0 then -- a holder of a semaphore or a shared lock
+        return left
     end
     return -2
 end)

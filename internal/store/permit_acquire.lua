@@ -1,0 +1,58 @@
+-- permit_acquire.lua: take a permit of a semaphore, or a share of a shared
+-- lock, when one is free (a first acquisition). See holders.lua.
+--
+-- KEYS[1]  the key, a sorted set of holders (see holders.lua)
+-- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
+-- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
+-- ARGV[2]  the lease in milliseconds
+-- ARGV[3]  the number of permits; "0" for a shared lock
+--
+-- Reply: "OK" when taken: ARGV[1] holds KEYS[1] until the server's clock
+--        plus ARGV[2] ms, and the key lives at least as long. Otherwise an
+--        integer: how long until a permit frees at the latest (the first
+--        holder's lease to end), until an exclusive holder's wait ends
+--        (shared), the PTTL of an exclusive holder's key (shared: a string;
+--        -1 without expiry), or 0 for an attempt given up. The error
+--        REDISLOCK_KIND when KEYS[1] is another kind than asked for (a lock,
+--        a semaphore of another number of permits, a shared lock, or a key
+--        of another type), or a refusal (call.lua): nothing was changed.
+--        Idempotent: a retry finds ARGV[1] a holder, and is told "OK".
+return guarded(function()
+    local n = tonumber(ARGV[3])
+    local kind = n > 0 and PERMITS or SHARED
+    local have = mark(kind)
+    local value = not have and get(KEYS[1])
+    if not have and n == 0 and type(value) == "string" then
+        return call("PTTL", KEYS[1]) -- an exclusive holder's
+    elseif not have and value then
+        wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
+            or value ~= 0 and "is a lock" or "is not a lock")
+    elseif have and n > 0 and have ~= -n then
+        wrongKind("has " .. -have .. " permits, not " .. n)
+    end
+    have = have or 0
+    if score(1, ARGV[1]) then
+        return "OK" -- a retry of this very call
+    end
+    local ms = clock()
+    local count = call("ZCARD", KEYS[1]) -- with the mark
+    need("ZRANGEBYSCORE", KEYS[1])
+    need("ZADD", KEYS[1])
+    need("PEXPIRE", KEYS[1])
+    need("SISMEMBER", KEYS[2])
+    if n == 0 and -have > ms then
+        return -have - ms -- an exclusive holder waits
+    elseif n > 0 and count > n and drop(ms) > n then
+        return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+    elseif call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
+        return 0
+    end
+    call("ZADD", KEYS[1], ms + ARGV[2], ARGV[1])
+    if count == 0 then
+        call("ZADD", KEYS[1], -n, kind)
+        call("PEXPIRE", KEYS[1], ARGV[2])
+    else
+        call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+    end
+    return "OK"
+end)

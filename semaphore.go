@@ -1,0 +1,73 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redislock/redislock/internal/store"
+)
+
+// Semaphores and shared locks: the key is a sorted set of its holders,
+// each with the end of its own lease by the server's clock, and a mark of
+// its kind (internal/store/holders.lua). A holder is a hold like a lock's:
+// the same renewals, re-entries, releases and losses, through the same
+// scripts, which tell the kinds apart by the key's type.
+
+// ErrWrongKind reports that a key is used as another kind of lock than the
+// call's: a semaphore and a lock, a semaphore and a shared lock, or
+// semaphores of different numbers of permits. Nothing was changed in Redis.
+var ErrWrongKind = store.ErrWrongKind
+
+// ErrInvalidPermits reports a number of permits below 1 (WithPermits), or
+// WithPermits given with WithShared.
+var ErrInvalidPermits = errors.New("redislock: invalid permits")
+
+// WithPermits makes the RedisLock a holder of one of the n permits of its
+// key: up to n RedisLock values, in any processes, hold the key at once,
+// each with its own lease, renewals and re-entries as a lock's holder has;
+// the next is refused (Acquire) or waits (AcquireWait, Do). Every holder
+// of the key must be made with the same n. An n below 1 is reported as
+// ErrInvalidPermits by the first call. See docs/semaphores.md.
+func WithPermits(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.err = fmt.Errorf("%w: WithPermits(%d) must be at least 1", ErrInvalidPermits, n)
+			return
+		}
+		o.permits = n
+	}
+}
+
+// WithShared makes the RedisLock hold its key shared: any number of shared
+// holders at once, and none while an exclusive holder holds it (a
+// RedisLock without WithShared, go-zero's RedisLock, any SET NX of the
+// key). An exclusive holder that waits for the key in AcquireWait or Do
+// is let in before shares asked for after it. See docs/semaphores.md.
+func WithShared() Option {
+	return func(o *options) { o.shared = true }
+}
+
+// permitMode is the mode of semaphores and shared locks.
+var permitMode = &mode{take: (*RedisLock).attemptPermit, release: store.Release, renew: store.Extend}
+
+// attemptPermit runs permit_acquire.lua for id.
+func (rl *RedisLock) attemptPermit(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {
+	reply, err := rl.locker.store.Run(ctx, store.PermitAcquire, rl.names.acquire, id, lease.Milliseconds(), rl.opts.permits)
+	if err != nil {
+		return 0, 0, err
+	}
+	return store.ParseAcquire(reply, false)
+}
+
+// permitsErr checks the options of a semaphore or a shared lock.
+func permitsErr(o options) error {
+	switch {
+	case o.permits > 0 && o.shared:
+		return fmt.Errorf("%w: WithPermits(%d) with WithShared", ErrInvalidPermits, o.permits)
+	case o.fair || o.fencing:
+		return fmt.Errorf("%w: WithFairness and WithFencing of a semaphore or a shared lock", errors.ErrUnsupported)
+	}
+	return nil
+}
