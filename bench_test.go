@@ -285,14 +285,29 @@ func BenchmarkReentry(b *testing.B) {
 // second) and measures, over four renewal intervals: renewals and round
 // trips (pipelines) per interval, the client's CPU per lock per second, the
 // server's CPU per renewal, and goroutines and heap per held lock.
+//
+// kind=lock holds 10,000 locks; kind=permit 10,000 permits of 100
+// semaphores of 100 permits each (issue 28: within 1.20× the locks'
+// client CPU).
 func BenchmarkHeldLocks(b *testing.B) {
+	c := benchClient(b)
+	warmPool(b, c)
+	b.Run("kind=lock", func(b *testing.B) { heldLocks(b, c, "held:%d", 0) })
+	b.Run("kind=permit", func(b *testing.B) { heldLocks(b, c, "held:permit:%d", 100) })
+}
+
+// heldLocks is BenchmarkHeldLocks, of locks on the keys key%d, or of
+// permits of semaphores of permits each, 10,000 holders in all.
+func heldLocks(b *testing.B, c *redis.Client, key string, permits int) {
 	const locks = 10000
 	const lease = 3 * time.Second
 	interval := lease / 3
-	c := benchClient(b)
-	warmPool(b, c)
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
+	opts := []Option{WithExpiry(lease)}
+	if permits > 0 {
+		opts = append(opts, WithPermits(permits))
+	}
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
 		var before runtime.MemStats
@@ -301,7 +316,11 @@ func BenchmarkHeldLocks(b *testing.B) {
 
 		held := make([]*RedisLock, locks)
 		for j := range held {
-			held[j] = NewRedisLock(FromGoRedis(c), fmt.Sprintf("held:%d", j), WithExpiry(lease))
+			n := j
+			if permits > 0 {
+				n = j % (locks / permits)
+			}
+			held[j] = NewRedisLock(FromGoRedis(c), fmt.Sprintf(key, n), opts...)
 			if ok, err := held[j].Acquire(); !ok || err != nil {
 				b.Fatal(ok, err)
 			}

@@ -164,7 +164,12 @@ func main() {
 		r.hot[i] = hotKey(fairName, srv.addr, admin, n, d)
 	}
 	rows = append(rows, r)
-	if err := writeResults(rows, d, heldFor, rtt); err != nil {
+	var sems []semResult
+	for _, name := range semaphoreNames {
+		admin.FlushAll(context.Background())
+		sems = append(sems, semaphoreRun(name, srv.addr, d))
+	}
+	if err := writeResults(rows, sems, d, heldFor, rtt); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
 	}

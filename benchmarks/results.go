@@ -9,7 +9,7 @@ import (
 )
 
 // writeResults writes results.md (the tables) and chart.svg.
-func writeResults(rows []row, d, heldFor, rtt time.Duration) error {
+func writeResults(rows []row, sems []semResult, d, heldFor, rtt time.Duration) error {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# Side-by-side: redislock and other Go Redis locks\n\n")
@@ -73,10 +73,16 @@ func writeResults(rows []row, d, heldFor, rtt time.Duration) error {
 			float64(h.cpu.Microseconds())/heldLocks/heldFor.Seconds(), float64(h.serverCPU.Microseconds())/renewals,
 			h.rssPerLock, max(0, h.goroutines), h.cmdsPerSec)
 	}
+	fmt.Fprintf(&b, "\n## A semaphore: %d workers, %d permits, %v sections\n\n", semWorkers, permits, semSection)
+	fmt.Fprintf(&b, "Each worker takes a permit, works %v, releases it, again for %v. No other Go library has a semaphore: users take one of %d locks on %d keys, trying each in turn and sleeping 1 ms when all are taken (\"3 keys\"). redislock's WithPermits waits with AcquireWait (a release wakes a waiter). Fairness: the fewest sections of a worker over the most.\n\n", semSection, d, permits, permits)
+	fmt.Fprintf(&b, "| contender | sections/s | most at once | fairness |\n|---|---|---|---|\n")
+	for _, r := range sems {
+		fmt.Fprintf(&b, "| %s | %.0f | %d | %.2f |\n", r.name, r.perSec, r.most, r.minShare)
+	}
 	if err := os.WriteFile("results.md", []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile("chart.svg", []byte(chart(rows, heldFor)), 0o644)
+	return os.WriteFile("chart.svg", []byte(chart(rows, sems, heldFor)), 0o644)
 }
 
 func us(d time.Duration) string {
@@ -92,10 +98,10 @@ func us(d time.Duration) string {
 // p99; client CPU per held lock per second while renewing; and
 // uncontended pairs per second with 32 goroutines. It shows where we are
 // behind as well as where we lead.
-func chart(rows []row, heldFor time.Duration) string {
+func chart(rows []row, sems []semResult, heldFor time.Duration) string {
 	const w, panelH, pad, barH = 860, 60 + 36*6, 170, 24
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 4*panelH)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 5*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	panel := func(x0, y0 int, title string, value func(r row) float64, format string, hot bool) {
 		var shown []row
@@ -137,6 +143,13 @@ func chart(rows []row, heldFor time.Duration) string {
 	panel(w/2+10, 2*panelH, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", true)
 	panel(10, 3*panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", true)
 	panel(w/2+10, 3*panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", true)
+	// The semaphore, as the rows of one more panel.
+	var semRows []row
+	for _, s := range sems {
+		semRows = append(semRows, row{lib: s.name, hot: [2]latency{{perSec: s.perSec}}})
+	}
+	rows = semRows
+	panel(10, 4*panelH, fmt.Sprintf("semaphore: %d workers, %d permits: sections/s ↑", semWorkers, permits), func(r row) float64 { return r.hot[0].perSec }, "%.0f", true)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

@@ -36,7 +36,7 @@ return guarded(function()
         old = not call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and get(KEYS[1])
     end
     if old == 0 then -- another type: a semaphore, a shared lock (holders.lua)?
-        old = exclusive()
+        old = holders().exclusive()
     end
     if old and old ~= ARGV[1] then
         return call("PTTL", KEYS[1]) -- held by another owner (or not a string)

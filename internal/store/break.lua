@@ -34,10 +34,13 @@ return guarded(function()
     end
     local owner = get(KEYS[1])
     local pttl = call("PTTL", KEYS[1])
-    local holders = owner == 0 and (mark(PERMITS) or mark(SHARED))
-    if holders then -- a semaphore or a shared lock: ARGV[1] leaves, or all do
+    local h = owner == 0 and holders()
+    if h and not (h.mark(h.PERMITS) or h.mark(h.SHARED)) then
+        h = nil -- no key of ours
+    end
+    if h then -- a semaphore or a shared lock: ARGV[1] leaves, or all do
         owner = ARGV[1]
-        if owner ~= "" and not score(1, owner) then
+        if owner ~= "" and not h.score(1, owner) then
             return {0, "", pttl}
         end
     elseif type(owner) ~= "string" then
@@ -49,8 +52,8 @@ return guarded(function()
     if ARGV[1] ~= "" and owner ~= ARGV[1] then
         return {0, owner, pttl}
     end
-    if holders and owner ~= "" then
-        leave(owner)
+    if h and owner ~= "" then
+        h.leave(owner)
     else
         call("DEL", KEYS[1])
     end

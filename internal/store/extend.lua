@@ -14,14 +14,15 @@
 --        Redis refuses a GET or a PEXPIRE at its first key, before any
 --        lease was changed.
 return guarded(function()
-    local renewed, ms = {}, nil
+    local renewed, h, ms = {}, nil, nil
     for i = 1, #KEYS do
         renewed[i] = 0
         local value = get(KEYS[i])
         if value == ARGV[2 * i - 1] then
             renewed[i] = call("PEXPIRE", KEYS[i], ARGV[2 * i])
-        elseif value == 0 and score(i, ARGV[2 * i - 1]) then
-            ms = ms or clock() -- a holder of a semaphore or a shared lock
+        elseif value == 0 and (h or holders()).score(i, ARGV[2 * i - 1]) then
+            h = h or holders() -- a holder of a semaphore or a shared lock
+            ms = ms or h.clock()
             need("PEXPIRE", KEYS[i])
             call("ZADD", KEYS[i], "XX", ms + ARGV[2 * i], ARGV[2 * i - 1])
             call("PEXPIRE", KEYS[i], ARGV[2 * i], "GT")

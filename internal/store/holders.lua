@@ -1,5 +1,6 @@
 -- holders.lua: the holders of a semaphore or a shared lock, for the scripts
--- it is put in front of (after call.lua).
+-- it is put in front of (after call.lua): holders() returns the functions
+-- below in a table, made only by a script that meets such a key.
 --
 -- Such a key is a sorted set: each holder's id scored by the end of its
 -- lease, in ms of the server's clock, and one mark of the key's kind,
@@ -8,88 +9,91 @@
 -- until which an exclusive holder waits for it (0: none does), during
 -- which no new share is given. A holder whose lease ended counts until a
 -- script drops it; it is dropped when it stands in another's way.
-local PERMITS, SHARED = "redislock:permits", "redislock:shared"
+local function holders()
+    local PERMITS, SHARED = "redislock:permits", "redislock:shared"
 
--- clock returns the server's time in ms, and TIME's reply.
-local function clock()
-    local t = check(redis.pcall("TIME"), "TIME")
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
-end
-
--- score returns the score of member in KEYS[i], or nil when KEYS[i] is
--- missing, has no such member, or is no sorted set.
-local function score(i, member)
-    local value = redis.pcall("ZSCORE", KEYS[i], member)
-    if type(value) == "table" and not string.find(value.err, "^WRONGTYPE") then
-        check(value, "ZSCORE", KEYS[i])
+    -- clock returns the server's time in ms, and TIME's reply.
+    local function clock()
+        local t = check(redis.pcall("TIME"), "TIME")
+        return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
     end
-    return type(value) == "string" and tonumber(value) or nil
-end
 
--- mark returns the score of KEYS[1]'s mark of kind, or nil.
-local function mark(kind)
-    return score(1, kind)
-end
+    -- score returns the score of member in KEYS[i], or nil when KEYS[i] is
+    -- missing, has no such member, or is no sorted set.
+    local function score(i, member)
+        local value = redis.pcall("ZSCORE", KEYS[i], member)
+        if type(value) == "table" and not string.find(value.err, "^WRONGTYPE") then
+            check(value, "ZSCORE", KEYS[i])
+        end
+        return type(value) == "string" and tonumber(value) or nil
+    end
 
--- wrongKind raises the error REDISLOCK_KIND, saying what KEYS[1] is.
-local function wrongKind(what)
-    error(redis.error_reply("REDISLOCK_KIND " .. KEYS[1] .. " " .. what))
-end
+    -- mark returns the score of KEYS[1]'s mark of kind, or nil.
+    local function mark(kind)
+        return score(1, kind)
+    end
 
--- drop removes the lapsed holders of KEYS[1] at ms, and returns how many
--- members are left, its mark included.
-local function drop(ms)
-    call("ZREMRANGEBYSCORE", KEYS[1], "(0", ms)
-    return call("ZCARD", KEYS[1])
-end
+    -- wrongKind raises the error REDISLOCK_KIND, saying what KEYS[1] is.
+    local function wrongKind(what)
+        error(redis.error_reply("REDISLOCK_KIND " .. KEYS[1] .. " " .. what))
+    end
 
--- leave takes id, a holder, out of the holders of KEYS[1]. The key is
--- deleted once no holder is left, unless an exclusive holder waits for it:
--- it then lasts as long as that wait.
-local function leave(id)
-    local ms = clock()
-    need("ZREM", KEYS[1])
-    need("ZREMRANGEBYSCORE", KEYS[1])
-    need("ZCARD", KEYS[1])
-    need("PEXPIRE", KEYS[1])
-    need("DEL", KEYS[1])
-    call("ZREM", KEYS[1], id) -- first: Redis refuses no ZREM for memory
-    if drop(ms) == 1 then
-        local waits = -(mark(SHARED) or 0) - ms
+    -- drop removes the lapsed holders of KEYS[1] at ms, and returns how many
+    -- members are left, its mark included.
+    local function drop(ms)
+        call("ZREMRANGEBYSCORE", KEYS[1], "(0", ms)
+        return call("ZCARD", KEYS[1])
+    end
+
+    -- leave takes id, a holder, out of the holders of KEYS[1]. The key is
+    -- deleted with the last one (holders whose lease ended, not yet dropped,
+    -- count: the key expires after them), unless an exclusive holder waits for
+    -- it: it then lasts as long as that wait.
+    local function leave(id)
+        local waits = 0
+        if call("ZCARD", KEYS[1]) == 2 then
+            waits = -(mark(SHARED) or 0) - clock()
+            need("PEXPIRE", KEYS[1])
+            need("DEL", KEYS[1])
+        end
+        call("ZREM", KEYS[1], id) -- first: Redis refuses no ZREM for memory
         if waits > 0 then
             call("PEXPIRE", KEYS[1], waits)
-        else
+        elseif waits < 0 then
             call("DEL", KEYS[1])
         end
     end
-end
 
--- exclusive is the attempt of an exclusive holder (ARGV[1], lease ARGV[2]
--- ms) on KEYS[1] of another type than a string. A semaphore raises
--- REDISLOCK_KIND. A shared lock without holders is deleted and taken: it
--- returns false. One with holders is held: with ARGV[3], the exclusive
--- holder waits, and no new share is given for ARGV[3] ms. It returns 0
--- when held, as get does.
-local function exclusive()
-    if mark(PERMITS) then
-        wrongKind("is a semaphore")
+    -- exclusive is the attempt of an exclusive holder (ARGV[1], lease ARGV[2]
+    -- ms) on KEYS[1] of another type than a string. A semaphore raises
+    -- REDISLOCK_KIND. A shared lock without holders is deleted and taken: it
+    -- returns false. One with holders is held: with ARGV[3], the exclusive
+    -- holder waits, and no new share is given for ARGV[3] ms. It returns 0
+    -- when held, as get does.
+    local function exclusive()
+        if mark(PERMITS) then
+            wrongKind("is a semaphore")
+        end
+        if not mark(SHARED) then
+            return 0 -- no key of ours
+        end
+        need("ZCARD", KEYS[1])
+        need("DEL", KEYS[1])
+        need("SET", KEYS[1])
+        need("ZADD", KEYS[1])
+        need("PTTL", KEYS[1])
+        need("SISMEMBER", KEYS[2])
+        local ms = clock()
+        if drop(ms) == 1 then
+            call("DEL", KEYS[1])
+            call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+            return false
+        elseif ARGV[3] then
+            call("ZADD", KEYS[1], "XX", "LT", -(ms + ARGV[3]), SHARED)
+        end
+        return 0
     end
-    if not mark(SHARED) then
-        return 0 -- no key of ours
-    end
-    need("ZCARD", KEYS[1])
-    need("DEL", KEYS[1])
-    need("SET", KEYS[1])
-    need("ZADD", KEYS[1])
-    need("PTTL", KEYS[1])
-    need("SISMEMBER", KEYS[2])
-    local ms = clock()
-    if drop(ms) == 1 then
-        call("DEL", KEYS[1])
-        call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-        return false
-    elseif ARGV[3] then
-        call("ZADD", KEYS[1], "XX", "LT", -(ms + ARGV[3]), SHARED)
-    end
-    return 0
+
+    return {PERMITS = PERMITS, SHARED = SHARED, clock = clock, score = score, mark = mark,
+        wrongKind = wrongKind, drop = drop, leave = leave, exclusive = exclusive}
 end

@@ -18,6 +18,8 @@
 --        of another type), or a refusal (call.lua): nothing was changed.
 --        Idempotent: a retry finds ARGV[1] a holder, and is told "OK".
 return guarded(function()
+    local h = holders()
+    local PERMITS, SHARED, clock, score, mark, drop = h.PERMITS, h.SHARED, h.clock, h.score, h.mark, h.drop
     local n = tonumber(ARGV[3])
     local kind = n > 0 and PERMITS or SHARED
     local have = mark(kind)
@@ -25,34 +27,33 @@ return guarded(function()
     if not have and n == 0 and type(value) == "string" then
         return call("PTTL", KEYS[1]) -- an exclusive holder's
     elseif not have and value then
-        wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
+        h.wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
             or value ~= 0 and "is a lock" or "is not a lock")
     elseif have and n > 0 and have ~= -n then
-        wrongKind("has " .. -have .. " permits, not " .. n)
-    end
-    have = have or 0
-    if score(1, ARGV[1]) then
-        return "OK" -- a retry of this very call
+        h.wrongKind("has " .. -have .. " permits, not " .. n)
     end
     local ms = clock()
-    local count = call("ZCARD", KEYS[1]) -- with the mark
-    need("ZRANGEBYSCORE", KEYS[1])
-    need("ZADD", KEYS[1])
-    need("PEXPIRE", KEYS[1])
-    need("SISMEMBER", KEYS[2])
-    if n == 0 and -have > ms then
+    if have and n == 0 and -have > ms then
         return -have - ms -- an exclusive holder waits
-    elseif n > 0 and count > n and drop(ms) > n then
-        return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
-    elseif call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
+    elseif have and n > 0 and call("ZCARD", KEYS[1]) > n then -- full, with the mark
+        if score(1, ARGV[1]) then
+            return "OK" -- a retry of this very call
+        end
+        need("ZRANGEBYSCORE", KEYS[1])
+        if drop(ms) > n then
+            return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+        end
+    end
+    if call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
         return 0
     end
-    call("ZADD", KEYS[1], ms + ARGV[2], ARGV[1])
-    if count == 0 then
+    need("PEXPIRE", KEYS[1])
+    call("ZADD", KEYS[1], "NX", ms + ARGV[2], ARGV[1]) -- 0: a retry, which holds already
+    if have then
+        call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+    else
         call("ZADD", KEYS[1], -n, kind)
         call("PEXPIRE", KEYS[1], ARGV[2])
-    else
-        call("PEXPIRE", KEYS[1], ARGV[2], "GT")
     end
     return "OK"
 end)

@@ -26,15 +26,16 @@
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
     local value = get(KEYS[1])
-    local owned = value == ARGV[1] or value == 0 and score(1, ARGV[1]) ~= nil
+    local h = value == 0 and holders() -- a semaphore's key, or a shared lock's?
+    local owned = value == ARGV[1] or h and h.score(1, ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local ttl = KEYS[3] and call("PTTL", KEYS[3])
     if KEYS[3] then
         need("SADD", KEYS[3], ARGV[1])
         need("PEXPIRE", KEYS[3], ARGV[3])
     end
-    if owned and value == 0 then
-        leave(ARGV[1])
+    if owned and h then
+        h.leave(ARGV[1])
     elseif owned then -- first: Redis refuses no DEL for memory, and lets the writes after it through
         call("DEL", KEYS[1])
     end

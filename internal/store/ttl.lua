@@ -11,7 +11,8 @@ return guarded(function()
     if value == ARGV[1] then
         return call("PTTL", KEYS[1])
     end
-    local left = value == 0 and (score(1, ARGV[1]) or 0) - clock()
+    local h = value == 0 and holders()
+    local left = h and (h.score(1, ARGV[1]) or 0) - h.clock()
     if left and left > 0 then -- a holder of a semaphore or a shared lock
         return left
     end
