@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 	zredis "github.com/zeromicro/go-zero/core/stores/redis"
 
@@ -334,9 +335,17 @@ func TestSharedWriterGetsInUnderReaders(t *testing.T) {
 	waitFor(t, 10*time.Second, "readers after the writer", func() bool { return sharesBegun.Load() > began+readers })
 	cancel()
 	wg.Wait()
+	var violations int64
 	if overlap.Load() {
-		t.Fatal("a share began while the writer held the key")
+		violations = 1
+		t.Error("a share began while the writer held the key")
 	}
+	recordFault(t, faultRow{
+		Case:      "25. shared: a writer under a stream of readers",
+		Injection: "a new share every 10 ms, each held 30 ms, so that the key is never free; an exclusive AcquireWait",
+		Promise:   "the writer gets in (new shares wait behind it), and no share begins while it holds",
+		Runs:      1, Faults: sharesBegun.Load(), Violations: violations,
+	})
 }
 
 func TestSemaphoreHolderLossAndCrash(t *testing.T) {
@@ -380,4 +389,151 @@ func TestSemaphoreHolderLossAndCrash(t *testing.T) {
 		mustRelease(t, a)
 		dead.Release()
 	})
+}
+
+// permitOp is one step of a semaphore's history: a client taking a permit
+// (between the call and the return of its acquisition) or giving it back
+// (between the call and the return of its release; for a holder that
+// died, between its acquisition and the end of its lease).
+type permitOp struct {
+	Client       int
+	Take         bool
+	Call, Return int64 // ns since the epoch
+}
+
+// semaphoreModel is the sequential specification of a semaphore of n
+// permits: a take succeeds only while fewer than n are held.
+func semaphoreModel(n int) porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return 0 },
+		Step: func(state, input, _ any) (bool, any) {
+			held, op := state.(int), input.(permitOp)
+			switch {
+			case op.Take && held < n:
+				return true, held + 1
+			case !op.Take && held > 0:
+				return true, held - 1
+			}
+			return false, held
+		},
+		DescribeOperation: func(input, _ any) string {
+			op := input.(permitOp)
+			return fmt.Sprintf("client %d take=%v", op.Client, op.Take)
+		},
+	}
+}
+
+func checkPermits(n int, ops []permitOp) porcupine.CheckResult {
+	history := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		history[i] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
+	}
+	return porcupine.CheckOperationsTimeout(semaphoreModel(n), history, time.Minute)
+}
+
+// The checker passes holders that never exceed n, and catches n+1.
+func TestSemaphoreModelCatchesOverAdmission(t *testing.T) {
+	ok := []permitOp{{0, true, 1, 2}, {1, true, 1, 3}, {0, false, 4, 5}, {2, true, 4, 6}, {1, false, 7, 8}, {2, false, 7, 9}}
+	if r := checkPermits(2, ok); r != porcupine.Ok {
+		t.Fatalf("two holders of two permits: %v", r)
+	}
+	if r := checkPermits(1, ok); r != porcupine.Illegal {
+		t.Fatalf("two holders of one permit passed: %v", r)
+	}
+}
+
+// TestSemaphoreHistory records every section of 8 workers on a 3-permit
+// semaphore on a real server, with holders that die holding a permit
+// (never released, never renewed), while the server's scripts are flushed,
+// its clients' connections killed and its writes paused for less than a
+// lease; porcupine checks the history against a semaphore of 3.
+func TestSemaphoreHistory(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	const n, workers, lease = 3, 8, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var ops []permitOp
+	record := func(op permitOp) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	var sections, lost atomic.Int64
+	for w := 0; w < workers; w++ {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		rl := NewRedisLock(FromGoRedis(c), "history", WithPermits(n), WithExpiry(lease))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				call := time.Now().UnixNano()
+				if err := rl.AcquireWait(ctx); err != nil {
+					if !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+						time.Sleep(10 * time.Millisecond) // a killed connection: again
+					}
+					continue
+				}
+				record(permitOp{w, true, call, time.Now().UnixNano()})
+				time.Sleep(time.Millisecond)
+				call = time.Now().UnixNano()
+				_, err := rl.ReleaseCtx(context.Background())
+				ret := time.Now().UnixNano()
+				if err != nil { // unanswered, or lost: the server frees it by its lease's end
+					lost.Add(1)
+					ret = time.Now().Add(lease).UnixNano()
+				}
+				record(permitOp{w, false, call, ret})
+				sections.Add(1)
+			}
+		}()
+	}
+	// Holders that die: taken, never renewed nor released.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := workers; ctx.Err() == nil; i++ {
+			dead := NewRedisLock(FromGoRedis(admin), "history", WithPermits(n), WithExpiry(300*time.Millisecond), WithoutWatchdog())
+			call := time.Now().UnixNano()
+			if dead.AcquireWait(ctx) == nil {
+				ret := time.Now().UnixNano()
+				record(permitOp{i, true, call, ret})
+				record(permitOp{i, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(400 * time.Millisecond):
+			}
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		switch i % 3 {
+		case 0:
+			admin.ScriptFlush(context.Background())
+		case 1:
+			admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
+		case 2:
+			admin.Do(context.Background(), "CLIENT", "PAUSE", 100, "WRITE")
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	wg.Wait()
+	if sections.Load() < 100 {
+		t.Fatalf("only %d sections", sections.Load())
+	}
+	var violations int64
+	if r := checkPermits(n, ops); r != porcupine.Ok {
+		violations = 1
+		t.Errorf("%d operations: %v against a semaphore of %d", len(ops), r, n)
+	}
+	recordFault(t, faultRow{
+		Case:      "24. semaphore: holders die, scripts flushed, connections killed, writes paused",
+		Injection: "8 workers on 3 permits for 4 s; a holder that never renews nor releases every 0.4 s; SCRIPT FLUSH, CLIENT KILL and CLIENT PAUSE WRITE 100 ms in turn every 150 ms",
+		Promise:   "never more than 3 inside: porcupine finds a semaphore of 3 that explains every section (a release unanswered counts until its lease's end)",
+		Runs:      sections.Load(), Faults: 4000 / 150, Violations: violations,
+	})
+	t.Logf("%d sections, %d holders that died, %d releases unanswered or lost: a semaphore of %d explains them", sections.Load(), (len(ops)-2*int(sections.Load()))/2, lost.Load(), n)
 }

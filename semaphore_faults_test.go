@@ -1,0 +1,269 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// TestFaultPermitReplyLost: the proxy drops the reply of a semaphore's or
+// a shared lock's scripts after they ran, and the client retries. An
+// attempt that ran holds (also on a semaphore its own permit filled); a
+// release that ran is a release; renewals, re-entries and TTL keep the
+// permit. Then an attempt stalled past its caller's timeout reaches the
+// server after it was given up: it takes nothing.
+func TestFaultPermitReplyLost(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	ctx := context.Background()
+	stores := map[string]func() Scripter{
+		"go-redis": func() Scripter {
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { _ = c.Close() })
+			return FromGoRedis(c)
+		},
+		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
+	}
+	var runs, violations int64
+	violate := func(format string, args ...any) {
+		violations++
+		t.Errorf(format, args...)
+	}
+	dropped := func(what string, call func()) {
+		before := px.replyDrops.Load()
+		px.dropReplies.Store(1)
+		call()
+		px.dropReplies.Store(0)
+		runs++
+		if px.replyDrops.Load() == before {
+			t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
+		}
+	}
+	holds := func(key string, rl *RedisLock) bool {
+		_, err := admin.ZScore(ctx, key, rl.Owner()).Result()
+		return err == nil
+	}
+	for name, newStore := range stores {
+		store := newStore()
+		for _, kind := range []struct {
+			name string
+			opt  Option
+		}{{"1 permit", WithPermits(1)}, {"3 permits", WithPermits(3)}, {"shared", WithShared()}} {
+			key := fmt.Sprintf("lost:%s:%s", name, kind.name)
+			other := NewRedisLock(store, key, kind.opt) // warms a connection; for 3 permits and shared, holds on
+			mustAcquire(t, other)
+			if kind.name == "1 permit" {
+				mustRelease(t, other)
+			}
+			rl := NewRedisLock(store, key, kind.opt, WithExpiry(1500*time.Millisecond))
+			dropped(key+" acquire", func() {
+				if ok, err := rl.Acquire(); !ok || err != nil {
+					violate("%s: Acquire after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			if !holds(key, rl) {
+				violate("%s: not a holder after its acquisition", key)
+			}
+			dropped(key+" re-entry", func() {
+				if ok, err := rl.Acquire(); !ok || err != nil {
+					violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			dropped(key+" ttl", func() {
+				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
+					violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
+				}
+			})
+			dropped(key+" renewal", func() {
+				until := rl.Until()
+				waitFor(t, 10*time.Second, "a renewal's reply dropped", func() bool { return px.dropReplies.Load() <= 0 })
+				waitFor(t, 10*time.Second, "a renewal after it", func() bool { return rl.Until().After(until) || isClosed(rl.Done()) })
+			})
+			if isClosed(rl.Done()) || !holds(key, rl) {
+				violate("%s: a renewal after a lost reply lost the permit: %v", key, rl.Err())
+			}
+			mustRelease(t, rl) // the re-entry: no round trip
+			dropped(key+" release", func() {
+				if ok, err := rl.Release(); !ok || err != nil {
+					violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+				}
+			})
+			if holds(key, rl) || rl.Err() != nil {
+				violate("%s: after its release, still a holder %v, Err %v", key, holds(key, rl), rl.Err())
+			}
+			if kind.name != "1 permit" {
+				mustRelease(t, other)
+				if admin.Exists(ctx, key).Val() != 0 {
+					violate("%s: the key outlives its last holder", key)
+				}
+			}
+		}
+	}
+	// An attempt stalled past its caller's timeout, given up, that reaches
+	// the server after another holder took and released the last permit.
+	slow := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = slow.Close() })
+	for round := range 3 {
+		key := fmt.Sprintf("late-permit:%d", round)
+		a := NewRedisLock(FromGoRedis(slow), key, WithPermits(1), WithExpiry(5*time.Second))
+		mustAcquire(t, a) // loads the script and pools a connection
+		mustRelease(t, a)
+		px.stallNext.Store(int64(300 * time.Millisecond))
+		stalled := px.stalled.Load()
+		actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		ok, err := a.AcquireCtx(actx)
+		cancel()
+		if ok || err == nil {
+			t.Fatalf("round %d: the stalled attempt = %v, %v; want a timeout", round, ok, err)
+		}
+		b := NewRedisLock(FromGoRedis(admin), key, WithPermits(1))
+		mustAcquire(t, b)
+		mustRelease(t, b)
+		waitFor(t, 10*time.Second, "the stalled call delivered", func() bool { return px.stalled.Load() > stalled })
+		time.Sleep(50 * time.Millisecond) // the server runs it
+		runs++
+		if n := admin.ZCard(ctx, key).Val(); n != 0 {
+			violations++
+			t.Errorf("round %d: the late attempt holds a permit (%d members)", round, n)
+		}
+		c := NewRedisLock(FromGoRedis(admin), key, WithPermits(1))
+		if ok, err := c.Acquire(); !ok || err != nil {
+			violations++
+			t.Errorf("round %d: the next holder is shut out: %v, %v", round, ok, err)
+		} else {
+			mustRelease(t, c)
+		}
+	}
+	recordFault(t, faultRow{
+		Case:      "23. semaphore and shared: reply lost after the script ran",
+		Injection: "the proxy closes the connection instead of forwarding the reply of a permit's or a share's acquire, re-entry, TTL, renewal or release (go-redis and go-zero retry); an attempt held 300 ms past its caller's 50 ms timeout",
+		Promise:   "an attempt that ran holds, even on the permit it filled; a release that ran is a release; renewals keep the permit; a late attempt takes nothing",
+		Runs:      runs, Faults: px.replyDrops.Load() + 3, Violations: violations,
+	})
+}
+
+// TestClusterSemaphoresAndShares: on 3 primaries, semaphores and shared
+// locks on keys of several slots (with a hash tag, and with a stray '}')
+// admit n holders, renew them in the Locker's batches per server, wake a
+// waiter, and are inspected and broken.
+func TestClusterSemaphoresAndShares(t *testing.T) {
+	c, _ := startCluster(t)
+	ctx := context.Background()
+	l := NewLocker(FromGoRedis(c))
+	defer l.Close()
+	nodes := map[string]bool{}
+	for _, key := range []string{"pool:a", "pool:b", "pool:c", "{user:1}:pool", "a}b"} {
+		sem := func() *RedisLock { return l.NewLock(key, WithPermits(2), WithExpiry(300*time.Millisecond)) }
+		a, b, d := sem(), sem(), sem()
+		mustAcquire(t, a)
+		mustAcquire(t, b)
+		if ok, err := d.Acquire(); ok || err != nil {
+			t.Fatalf("%q: a third holder of 2: %v, %v", key, ok, err)
+		}
+		until := a.Until()
+		waitFor(t, 10*time.Second, "a renewal", func() bool { return a.Until().After(until) })
+		got := make(chan error, 1)
+		go func() { got <- d.AcquireWait(ctx) }()
+		mustRelease(t, b)
+		if err := <-got; err != nil {
+			t.Fatalf("%q: the waiter: %v", key, err)
+		}
+		if st, err := a.Inspect(ctx); err != nil || st.Permits != 2 || st.Holders != 2 {
+			t.Fatalf("%q: Inspect = %+v, %v", key, st, err)
+		}
+		if _, err := a.Break(ctx, d.Owner()); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, d.Done(), "the broken holder")
+		d.Release()
+		mustRelease(t, a)
+		if n := c.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("%q outlives its holders", key)
+		}
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[node.Options().Addr] = true
+
+		r := l.NewLock(key, WithShared())
+		w := l.NewLock(key)
+		mustAcquire(t, r)
+		if ok, err := w.Acquire(); ok || err != nil {
+			t.Fatalf("%q: exclusive under a share: %v, %v", key, ok, err)
+		}
+		mustRelease(t, r)
+		mustAcquire(t, w)
+		mustRelease(t, w)
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("all keys on %d node(s): the test did not cross slots", len(nodes))
+	}
+}
+
+// TestSentinelSemaphoreFailover: holders of a semaphore through a failover
+// client keep their permits across a SENTINEL FAILOVER to a replica in
+// sync (their renewals go to the new primary), and the semaphore still
+// admits no more than n.
+func TestSentinelSemaphoreFailover(t *testing.T) {
+	ctx := context.Background()
+	primary := redisserver.Start(t)
+	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
+	rc := replica.Client(t)
+	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
+		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	sentinel := redisserver.StartSentinel(t, "mymaster", primary.Addr)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { _ = sc.Close() })
+	waitFor(t, 30*time.Second, "the sentinel to find the replica", func() bool {
+		replicas, _ := sc.Replicas(ctx, "mymaster").Result()
+		return len(replicas) == 1 && replicas[0]["flags"] == "slave"
+	})
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { _ = fc.Close() })
+	sem := func() *RedisLock { return NewRedisLock(FromGoRedis(fc), "jobs", WithPermits(2), WithExpiry(3*time.Second)) }
+	a, b := sem(), sem()
+	mustAcquire(t, a)
+	mustAcquire(t, b)
+	if n, err := fc.Wait(ctx, 1, 5000).Result(); err != nil || n < 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
+	if err := sc.Failover(ctx, "mymaster").Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
+		addr, _ := sc.GetMasterAddrByName(ctx, "mymaster").Result()
+		return len(addr) == 2 && addr[1] == fmt.Sprint(replica.Port) &&
+			strings.Contains(rc.Info(ctx, "replication").Val(), "role:master")
+	})
+	until := a.Until()
+	waitFor(t, 20*time.Second, "a renewal on the new primary", func() bool { return a.Until().After(until) || isClosed(a.Done()) })
+	var violations int64
+	if isClosed(a.Done()) || isClosed(b.Done()) {
+		violations++
+		t.Errorf("a holder lost its permit in a failover to a replica in sync: %v, %v", a.Err(), b.Err())
+	}
+	if ok, err := sem().Acquire(); ok || err != nil {
+		violations++
+		t.Errorf("a third holder of 2 after the failover: %v, %v", ok, err)
+	}
+	mustRelease(t, a)
+	c := sem()
+	mustAcquire(t, c)
+	mustRelease(t, b)
+	mustRelease(t, c)
+	recordFault(t, faultRow{
+		Case:      "26. semaphore: Sentinel failover to a replica in sync",
+		Injection: "SENTINEL FAILOVER while 2 holders of 2 permits hold, through a failover client",
+		Promise:   "the holders keep their permits (renewed on the new primary); no third holder",
+		Runs:      1, Faults: 1, Violations: violations,
+	})
+}
