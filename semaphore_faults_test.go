@@ -229,7 +229,9 @@ func TestSentinelSemaphoreFailover(t *testing.T) {
 	})
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
 	t.Cleanup(func() { _ = fc.Close() })
-	sem := func() *RedisLock { return NewRedisLock(FromGoRedis(fc), "jobs", WithPermits(2), WithExpiry(3*time.Second)) }
+	sem := func() *RedisLock {
+		return NewRedisLock(FromGoRedis(fc), "jobs", WithPermits(2), WithExpiry(3*time.Second))
+	}
 	a, b := sem(), sem()
 	mustAcquire(t, a)
 	mustAcquire(t, b)
