@@ -46,9 +46,9 @@ var (
 	// ErrUnexpectedReply reports a reply from Redis that none of our scripts
 	// gives: a nil, a wrong type, or an out-of-range number.
 	ErrUnexpectedReply = store.ErrUnexpectedReply
-	// ErrWrongType reports that a lock's key holds a value of another type
-	// than a string, which someone else wrote: it is no lock of ours, and
-	// Inspect cannot read it nor Break delete it.
+	// ErrWrongType reports that a lock's key holds a value of another type,
+	// which someone else wrote: it is no lock, semaphore or shared lock of
+	// ours, and Inspect cannot read it nor Break delete it.
 	ErrWrongType = errors.New("redislock: key holds a value that is not a lock")
 	// ErrHeldByOther reports that Break was asked to break one owner's lock
 	// and found it held by another owner.

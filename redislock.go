@@ -170,9 +170,9 @@ func (rl *RedisLock) Acquire() (bool, error) {
 
 // AcquireCtx makes one attempt to take the lock, within ctx: true, nil
 // when it took the lock or re-entered it; false, nil when another owner
-// holds it (a key of another type counts as held); false and an error
-// otherwise (ErrRefused when Redis refused a command it needed; an ended
-// ctx sends nothing). ctx is the holding context of a first acquisition:
+// holds it (a key of another type counts as held, a semaphore's is
+// ErrWrongKind); false and an error otherwise (ErrRefused when Redis
+// refused a command it needed; an ended ctx sends nothing). ctx is the holding context of a first acquisition:
 // when it ends, renewal stops and the lock lasts out its lease (Done closes
 // then, Err says why). A first acquisition whose reply came after its lease
 // ran out by our own accounting, or a re-entry that finds the key gone,

@@ -59,8 +59,9 @@ const rememberBreak = time.Minute
 // Inspect reads the lock's state in Redis in one round trip, and changes
 // nothing: it needs no hold, and does not wait for this RedisLock's other
 // calls. It counts the waiters of a fair lock whether or not rl itself was
-// made with WithFairness. A key of another type than a string, written by
-// someone else, is reported as an error matching ErrWrongType, a fencing
+// made with WithFairness. A semaphore's or a shared lock's key is read
+// whatever rl's kind; a key of another type, written by someone else, is
+// reported as an error matching ErrWrongType, a fencing
 // counter that is not a number as ErrCorruptFencingCounter (a used-up one,
 // at 2^53-1, is a number: Fence reports it, and acquisitions refuse it).
 func (rl *RedisLock) Inspect(ctx context.Context) (Status, error) {
@@ -163,8 +164,10 @@ func (rl *RedisLock) Holders(ctx context.Context) ([]Holder, error) {
 // it took the lock from. It breaks nothing and returns a Status with Held
 // false when the lock is free, and an error matching ErrHeldByOther, with
 // the holder's status, when owner is given and another owner holds the
-// lock. A key of another type than a string is never deleted
-// (ErrWrongType), nor one whose break Redis refuses (ErrRefused). A
+// lock. Of a semaphore or a shared lock, it removes the holder owner, or
+// all of them, and Status.Owner is owner. A key of another type, written
+// by someone else, is never deleted (ErrWrongType), nor one whose break
+// Redis refuses (ErrRefused). A
 // client's retry of the call, after its reply was lost, reports the break
 // it made and breaks nothing more.
 func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {

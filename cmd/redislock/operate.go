@@ -165,9 +165,10 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return printJSON(stdout, stderr, v)
 	}
-	line := describe(st)
-	for i, h := range holders {
-		line += map[bool]string{true: ": ", false: ", "}[i == 0] + text(h.Owner) + " " + h.TTL.String() + " left"
+	line, sep := describe(st), ": "
+	for _, h := range holders {
+		line += sep + text(h.Owner) + " " + h.TTL.String() + " left"
+		sep = ", "
 	}
 	fmt.Fprintln(stdout, line)
 	return 0
