@@ -56,11 +56,12 @@ var (
 )
 
 // attemptPlain runs acquire.lua for id. A wait's attempt keeps new shares
-// of a shared lock out for two leases.
+// of a shared lock out for a second (or its lease, if shorter), and the
+// reply has it attempt again within a third of that.
 func (rl *RedisLock) attemptPlain(ctx context.Context, id string, lease time.Duration, waiting bool) (int64, time.Duration, error) {
 	args := []any{id, lease.Milliseconds()}
 	if waiting {
-		args = append(args, 2*lease.Milliseconds())
+		args = append(args, min(lease, time.Second).Milliseconds())
 	}
 	reply, err := rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, args...)
 	if err != nil {

@@ -387,9 +387,12 @@ func scriptCases() []scriptCase {
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 		// Semaphores and shared locks: "zset <mark> <score> <holder>..." (see setup).
 		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},
-			[]string{"ZSCORE", "GET", "TIME", "ZADD", "PEXPIRE", "SISMEMBER"}, nil, true, false},
+			[]string{"ZSCORE", "GET", "TIME", "ZADD", "PEXPIRE", "PTTL", "SISMEMBER"}, nil, true, false},
 		{"permit acquire, full", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab}, []any{"me", 10000, 1},
-			[]string{"ZSCORE", "TIME", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
+			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
+		// Found by the black-box review: a refused attempt dropped the lapsed holder.
+		{"permit acquire, full of a lapsed holder", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 -lapsed"}, []string{k, ab}, []any{"me", 10000, 1},
+			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
 		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
 			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
 		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},
@@ -397,7 +400,7 @@ func scriptCases() []scriptCase {
 		{"acquire, shared, left", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0"}, []string{k, ab}, []any{"me", 10000},
 			[]string{"SET", "GET", "ZSCORE", "ZCARD", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZREMRANGEBYSCORE"}, nil, true, false},
 		{"extend, a permit", store.Extend, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me", 10000},
-			[]string{"GET", "ZSCORE", "TIME", "PEXPIRE", "ZADD"}, nil, true, false},
+			[]string{"GET", "ZSCORE", "TIME", "PEXPIRE", "PTTL", "ZADD"}, nil, true, false},
 		{"release, a permit", store.Release, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, marker}, []any{"me", "ch"},
 			[]string{"GET", "ZSCORE", "ZCARD", "ZREM", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
 		{"release, the last share", store.Release, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker}, []any{"me", "ch"},
@@ -449,7 +452,11 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 			score, _ := strconv.ParseFloat(f[2], 64)
 			must(t, admin.ZAdd(ctx, key, redis.Z{Score: score, Member: f[1]}).Err())
 			for _, holder := range f[3:] {
-				must(t, admin.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().UnixMilli() + 60000), Member: holder}).Err())
+				end := time.Now().Add(time.Minute)
+				if lapsed, ok := strings.CutPrefix(holder, "-"); ok { // a holder whose lease ended
+					holder, end = lapsed, time.Now().Add(-time.Second)
+				}
+				must(t, admin.ZAdd(ctx, key, redis.Z{Score: float64(end.UnixMilli()), Member: holder}).Err())
 			}
 			must(t, admin.PExpire(ctx, key, time.Minute).Err())
 		}
@@ -538,7 +545,7 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 var denyOOMFirst = map[string]bool{
 	"acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
 	"release, given up": true, "fair acquire, join": true, "fair acquire, free": true,
-	"permit acquire, free": true, "acquire, shared, waiting": true, "acquire, shared, left": true, "extend, a permit": true,
+	"permit acquire, free": true, "acquire, shared, waiting": true, "acquire, shared, left": true,
 }
 
 // refusalRound is one fault-table round of refusals: for each store, n

@@ -20,20 +20,23 @@ import (
 // semaphores of different numbers of permits. Nothing was changed in Redis.
 var ErrWrongKind = store.ErrWrongKind
 
-// ErrInvalidPermits reports a number of permits below 1 (WithPermits), or
-// WithPermits given with WithShared.
+// MaxPermits is the most permits a semaphore can have.
+const MaxPermits = 1<<31 - 1
+
+// ErrInvalidPermits reports a number of permits outside [1, MaxPermits]
+// (WithPermits), or WithPermits given with WithShared.
 var ErrInvalidPermits = errors.New("redislock: invalid permits")
 
 // WithPermits makes the RedisLock a holder of one of the n permits of its
 // key: up to n RedisLock values, in any processes, hold the key at once,
 // each with its own lease, renewals and re-entries as a lock's holder has;
 // the next is refused (Acquire) or waits (AcquireWait, Do). Every holder
-// of the key must be made with the same n. An n below 1 is reported as
-// ErrInvalidPermits by the first call. See docs/semaphores.md.
+// of the key must be made with the same n. An n outside [1, MaxPermits] is
+// reported as ErrInvalidPermits by the first call. See docs/semaphores.md.
 func WithPermits(n int) Option {
 	return func(o *options) {
-		if n < 1 {
-			o.err = fmt.Errorf("%w: WithPermits(%d) must be at least 1", ErrInvalidPermits, n)
+		if n < 1 || n > MaxPermits {
+			o.err = fmt.Errorf("%w: WithPermits(%d) must lie in [1, %d]", ErrInvalidPermits, n, MaxPermits)
 			return
 		}
 		o.permits = n

@@ -287,7 +287,20 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 // holding 30 ms), does not keep a waiting exclusive holder out: once it
 // waits, new shares wait behind it, and it gets in when the shares held
 // then are released. (Without its wait's mark, it does not get in.)
+//
+// Found by the black-box review: a writer without wake-ups whose attempts
+// came more than its mark's window apart never got in; its attempts now
+// come within a third of the window.
 func TestSharedWriterGetsInUnderReaders(t *testing.T) {
+	t.Run("pub/sub", func(t *testing.T) { writerUnderReaders(t, true) })
+	t.Run("no wake-ups, short lease, slow retries", func(t *testing.T) {
+		writerUnderReaders(t, false, WithPubSub(nil), WithExpiry(200*time.Millisecond), WithRetry(FixedRetry(500*time.Millisecond)))
+	})
+}
+
+// writerUnderReaders is TestSharedWriterGetsInUnderReaders for a writer
+// made with opts (recorded in the fault table when record).
+func writerUnderReaders(t *testing.T, record bool, opts ...Option) {
 	srv := redisserver.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -321,7 +334,7 @@ func TestSharedWriterGetsInUnderReaders(t *testing.T) {
 	}()
 	const readers = 3
 	waitFor(t, 10*time.Second, "readers under way", func() bool { return sharesBegun.Load() > 20 })
-	w := NewRedisLock(FromGoRedis(srv.Client(t)), "catalogue", WithExpiry(time.Second))
+	w := NewRedisLock(FromGoRedis(srv.Client(t)), "catalogue", append([]Option{WithExpiry(time.Second)}, opts...)...)
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	if err := w.AcquireWait(wctx); err != nil {
@@ -339,6 +352,9 @@ func TestSharedWriterGetsInUnderReaders(t *testing.T) {
 	if overlap.Load() {
 		violations = 1
 		t.Error("a share began while the writer held the key")
+	}
+	if !record {
+		return
 	}
 	recordFault(t, faultRow{
 		Case:      "25. shared: a writer under a stream of readers",
@@ -536,4 +552,113 @@ func TestSemaphoreHistory(t *testing.T) {
 		Runs:      sections.Load(), Faults: 4000 / 150, Violations: violations,
 	})
 	t.Logf("%d sections, %d holders that died, %d releases unanswered or lost: a semaphore of %d explains them", sections.Load(), (len(ops)-2*int(sections.Load()))/2, lost.Load(), n)
+}
+
+// Found by the black-box review of issue 28, a test each.
+func TestSemaphoreBlackBoxFindings(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	c, admin := srv.Client(t), srv.Client(t)
+	s := FromGoRedis(c)
+
+	t.Run("memory full: holders keep their permits, re-enter, renew and release", func(t *testing.T) {
+		var holders []*RedisLock
+		for i, opt := range []Option{WithPermits(2), WithShared()} {
+			rl := NewRedisLock(s, fmt.Sprintf("oom:%d", i), opt, WithExpiry(300*time.Millisecond))
+			mustAcquire(t, rl)
+			holders = append(holders, rl)
+		}
+		must(t, admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		must(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
+		defer admin.ConfigSet(ctx, "maxmemory", "0")
+		for _, rl := range holders {
+			if ok, err := rl.Acquire(); !ok || err != nil {
+				t.Fatalf("%s: re-entry under OOM: %v, %v", rl.Key(), ok, err)
+			}
+			until := rl.Until()
+			waitFor(t, 10*time.Second, "renewals under OOM", func() bool { return rl.Until().After(until.Add(300*time.Millisecond)) || isClosed(rl.Done()) })
+			if isClosed(rl.Done()) {
+				t.Fatalf("%s: lost under OOM: %v", rl.Key(), rl.Err())
+			}
+			mustRelease(t, rl)
+			mustRelease(t, rl)
+			if admin.Exists(ctx, rl.Key()).Val() != 0 {
+				t.Fatalf("%s: not released under OOM", rl.Key())
+			}
+		}
+	})
+
+	t.Run("a writer that gave up holds new shares off for a second at most", func(t *testing.T) {
+		r := NewRedisLock(s, "gaveup", WithShared())
+		mustAcquire(t, r)
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		if err := NewRedisLock(s, "gaveup").AcquireWait(wctx); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("the writer: %v", err)
+		}
+		cancel()
+		mustRelease(t, r)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the mark was 2 leases (20 s)
+		defer cancel()
+		if err := r.AcquireWait(rctx); err != nil {
+			t.Fatalf("a share after the writer gave up: %v", err)
+		}
+		mustRelease(t, r)
+	})
+
+	t.Run("permits beyond MaxPermits", func(t *testing.T) {
+		for _, n := range []int{MaxPermits + 1, 1 << 53, 1<<63 - 1} {
+			if _, err := NewRedisLock(s, "huge", WithPermits(n)).Acquire(); !errors.Is(err, ErrInvalidPermits) {
+				t.Fatalf("WithPermits(%d): %v", n, err)
+			}
+		}
+		big := NewRedisLock(s, "huge", WithPermits(MaxPermits))
+		mustAcquire(t, big)
+		if ok, err := NewRedisLock(s, "huge", WithPermits(MaxPermits-1)).Acquire(); ok || !errors.Is(err, ErrWrongKind) {
+			t.Fatalf("MaxPermits-1 against MaxPermits: %v, %v", ok, err)
+		}
+		if st, err := big.Inspect(ctx); err != nil || st.Permits != MaxPermits || st.Expires.IsZero() || !st.Expires.After(time.Now()) {
+			t.Fatalf("Inspect = %+v, %v", st, err)
+		}
+		mustRelease(t, big)
+	})
+
+	t.Run("the mark removed by an outsider: a release keeps the other holder", func(t *testing.T) {
+		a, b := NewRedisLock(s, "unmarked", WithPermits(2)), NewRedisLock(s, "unmarked", WithPermits(2))
+		mustAcquire(t, a)
+		mustAcquire(t, b)
+		must(t, admin.ZRem(ctx, "unmarked", "redislock:permits").Err())
+		mustRelease(t, a)
+		if _, err := admin.ZScore(ctx, "unmarked", b.Owner()).Result(); err != nil {
+			t.Fatalf("a's release took b's permit too: %v", err)
+		}
+		mustRelease(t, b)
+	})
+
+	t.Run("the key persisted by an outsider gets an expiry again", func(t *testing.T) {
+		a, b := NewRedisLock(s, "persisted", WithPermits(2)), NewRedisLock(s, "persisted", WithPermits(2))
+		mustAcquire(t, a)
+		must(t, admin.Persist(ctx, "persisted").Err())
+		mustAcquire(t, b)
+		if ttl := admin.PTTL(ctx, "persisted").Val(); ttl <= 0 {
+			t.Fatalf("PTTL %v after an acquisition", ttl)
+		}
+		must(t, admin.Persist(ctx, "persisted").Err())
+		until := a.Until()
+		waitFor(t, 20*time.Second, "a renewal", func() bool { return a.Until().After(until) })
+		if ttl := admin.PTTL(ctx, "persisted").Val(); ttl <= 0 {
+			t.Fatalf("PTTL %v after a renewal", ttl)
+		}
+		releaseAll(a, b)
+	})
+
+	t.Run("a holder scored far ahead by an outsider is listed with a positive lease", func(t *testing.T) {
+		a := NewRedisLock(s, "far", WithPermits(2))
+		mustAcquire(t, a)
+		must(t, admin.ZAdd(ctx, "far", redis.Z{Score: 9e15, Member: "outsider"}).Err())
+		holders, err := a.Holders(ctx)
+		if err != nil || len(holders) != 2 || slices.ContainsFunc(holders, func(h Holder) bool { return h.TTL <= 0 }) {
+			t.Fatalf("Holders = %v, %v", holders, err)
+		}
+		mustRelease(t, a)
+	})
 }

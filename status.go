@@ -107,6 +107,9 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 			return Status{}, nil, fmt.Errorf("%w: a zset", ErrWrongType)
 		}
 		st.TTL = store.LeaseLeft(pttl)
+		if expires >= 0 {
+			st.Expires = time.UnixMilli(expires)
+		}
 	default:
 		return Status{}, nil, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
@@ -122,7 +125,7 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 	var holders []Holder
 	for id, left := range in.Holders {
 		if id != store.PermitsMark && id != store.SharedMark {
-			holders = append(holders, Holder{Owner: id, TTL: time.Duration(left) * time.Millisecond})
+			holders = append(holders, Holder{Owner: id, TTL: store.LeaseLeft(left)})
 		}
 	}
 	slices.SortFunc(holders, func(a, b Holder) int { return strings.Compare(a.Owner, b.Owner) })

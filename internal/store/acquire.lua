@@ -7,7 +7,7 @@
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  optional: the attempt is a wait's, which a shared lock's
 --          holders make way for: no new share is given for ARGV[3] ms
---          (see holders.lua)
+--          (see holders.lua), and the reply says when to attempt again
 --
 -- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
 --        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}
@@ -37,6 +37,9 @@ return guarded(function()
     end
     if old == 0 then -- another type: a semaphore, a shared lock (holders.lua)?
         old = holders().exclusive()
+        if type(old) == "number" and old > 0 then
+            return old -- a wait for a shared lock's holders: attempt again then
+        end
     end
     if old and old ~= ARGV[1] then
         return call("PTTL", KEYS[1]) -- held by another owner (or not a string)

@@ -23,9 +23,10 @@ return guarded(function()
         elseif value == 0 and (h or holders()).score(i, ARGV[2 * i - 1]) then
             h = h or holders() -- a holder of a semaphore or a shared lock
             ms = ms or h.clock()
-            need("PEXPIRE", KEYS[i])
+            need("ZADD", KEYS[i])
+            need("PTTL", KEYS[i])
+            h.outlive(i, ARGV[2 * i]) -- first: then Redis lets the ZADD through whatever its memory
             call("ZADD", KEYS[i], "XX", ms + ARGV[2 * i], ARGV[2 * i - 1])
-            call("PEXPIRE", KEYS[i], ARGV[2 * i], "GT")
             renewed[i] = 1
         end
     end

@@ -45,21 +45,31 @@ local function holders()
         return call("ZCARD", KEYS[1])
     end
 
+    -- outlive makes KEYS[i] live lease ms more, at least: PEXPIRE GT, which
+    -- passes a key without expiry by, and then PEXPIRE. Redis refuses no
+    -- PEXPIRE for memory, and lets the writes after it through.
+    local function outlive(i, lease)
+        if call("PEXPIRE", KEYS[i], lease, "GT") == 0 and call("PTTL", KEYS[i]) == -1 then
+            call("PEXPIRE", KEYS[i], lease)
+        end
+    end
+
     -- leave takes id, a holder, out of the holders of KEYS[1]. The key is
     -- deleted with the last one (holders whose lease ended, not yet dropped,
     -- count: the key expires after them), unless an exclusive holder waits for
     -- it: it then lasts as long as that wait.
     local function leave(id)
-        local waits = 0
+        local waits -- nil: a holder stays
         if call("ZCARD", KEYS[1]) == 2 then
-            waits = -(mark(SHARED) or 0) - clock()
+            local shared = mark(SHARED)
+            waits = shared and -shared - clock() or mark(PERMITS) and 0
             need("PEXPIRE", KEYS[1])
             need("DEL", KEYS[1])
         end
         call("ZREM", KEYS[1], id) -- first: Redis refuses no ZREM for memory
-        if waits > 0 then
+        if waits and waits > 0 then
             call("PEXPIRE", KEYS[1], waits)
-        elseif waits < 0 then
+        elseif waits then
             call("DEL", KEYS[1])
         end
     end
@@ -67,9 +77,9 @@ local function holders()
     -- exclusive is the attempt of an exclusive holder (ARGV[1], lease ARGV[2]
     -- ms) on KEYS[1] of another type than a string. A semaphore raises
     -- REDISLOCK_KIND. A shared lock without holders is deleted and taken: it
-    -- returns false. One with holders is held: with ARGV[3], the exclusive
-    -- holder waits, and no new share is given for ARGV[3] ms. It returns 0
-    -- when held, as get does.
+    -- returns false. One with holders is held: it returns 0, as get does;
+    -- with ARGV[3], the exclusive holder waits, no new share is given for
+    -- ARGV[3] ms, and it returns when to attempt again, within ARGV[3] / 3.
     local function exclusive()
         if mark(PERMITS) then
             wrongKind("is a semaphore")
@@ -88,12 +98,14 @@ local function holders()
             call("DEL", KEYS[1])
             call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
             return false
-        elseif ARGV[3] then
-            call("ZADD", KEYS[1], "XX", "LT", -(ms + ARGV[3]), SHARED)
+        elseif not ARGV[3] then
+            return 0
         end
-        return 0
+        call("ZADD", KEYS[1], "XX", "LT", -(ms + ARGV[3]), SHARED)
+        local pttl = call("PTTL", KEYS[1])
+        return (pttl < 1 or pttl > ARGV[3] / 3) and math.max(math.floor(ARGV[3] / 3), 1) or pttl
     end
 
     return {PERMITS = PERMITS, SHARED = SHARED, clock = clock, score = score, mark = mark,
-        wrongKind = wrongKind, drop = drop, leave = leave, exclusive = exclusive}
+        wrongKind = wrongKind, drop = drop, outlive = outlive, leave = leave, exclusive = exclusive}
 end

@@ -35,7 +35,13 @@ return guarded(function()
     local ms = clock()
     if have and n == 0 and -have > ms then
         return -have - ms -- an exclusive holder waits
-    elseif have and n > 0 and call("ZCARD", KEYS[1]) > n then -- full, with the mark
+    elseif call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
+        return 0
+    end
+    need("ZADD", KEYS[1])
+    need("PEXPIRE", KEYS[1])
+    need("PTTL", KEYS[1])
+    if have and n > 0 and call("ZCARD", KEYS[1]) > n then -- full, with the mark
         if score(1, ARGV[1]) then
             return "OK" -- a retry of this very call
         end
@@ -44,13 +50,9 @@ return guarded(function()
             return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
         end
     end
-    if call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
-        return 0
-    end
-    need("PEXPIRE", KEYS[1])
     call("ZADD", KEYS[1], "NX", ms + ARGV[2], ARGV[1]) -- 0: a retry, which holds already
     if have then
-        call("PEXPIRE", KEYS[1], ARGV[2], "GT")
+        h.outlive(1, ARGV[2])
     else
         call("ZADD", KEYS[1], -n, kind)
         call("PEXPIRE", KEYS[1], ARGV[2])
