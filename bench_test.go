@@ -431,7 +431,10 @@ func commandCalls(b testing.TB, c *redis.Client, cmd string) int64 {
 // contending for one key until b.N acquisitions, holding it for hold each
 // time. mode is how they wait: wakeup (AcquireWait with pub/sub), retry
 // (AcquireWait with DefaultRetry alone), poll1ms (AcquireCtx every 1ms,
-// as go-zero users loop), or fair-retry (retry with WithFairness). It reports acquisitions per second, the handoff
+// as go-zero users loop), fair-retry (retry with WithFairness), or
+// fair-permits (fair-retry of a semaphore of 2 permits: issue 28's
+// handoff of a freed permit). It reports acquisitions per second, the
+// release call's p50, the handoff
 // from one holder's Release call to the next different holder's
 // acquisition, EVALSHA+EVAL calls per acquisition (releases included), and
 // the wait of each acquisition (its spread shows the turn taking).
@@ -439,7 +442,7 @@ func BenchmarkContention(b *testing.B) {
 	c := benchClient(b)
 	for _, waiters := range []int{8, 32} {
 		for _, hold := range []time.Duration{0, time.Millisecond} {
-			for _, mode := range []string{"wakeup", "retry", "poll1ms", "fair-retry"} {
+			for _, mode := range []string{"wakeup", "retry", "poll1ms", "fair-retry", "fair-permits"} {
 				b.Run(fmt.Sprintf("waiters=%d/hold=%v/mode=%s", waiters, hold, mode), func(b *testing.B) {
 					benchContention(b, c, waiters, hold, mode)
 				})
@@ -456,14 +459,18 @@ func benchContention(b *testing.B, c *redis.Client, waiters int, hold time.Durat
 	if mode != "wakeup" {
 		opts = append(opts, WithPubSub(nil))
 	}
-	if mode == "fair-retry" {
+	if strings.HasPrefix(mode, "fair-") {
 		opts = append(opts, WithFairness())
+	}
+	if mode == "fair-permits" {
+		opts = append(opts, WithPermits(2))
 	}
 	var (
 		remaining                atomic.Int64
 		lastHolder, lastRelease  atomic.Int64
 		mu                       sync.Mutex
 		handoffs, waits, holding []time.Duration
+		releases                 []time.Duration
 		wg                       sync.WaitGroup
 	)
 	remaining.Store(int64(b.N))
@@ -502,12 +509,14 @@ func benchContention(b *testing.B, c *redis.Client, waiters int, hold time.Durat
 				holdFor(hold)
 				held := time.Since(got)
 				lastHolder.Store(int64(g))
-				lastRelease.Store(time.Now().UnixNano())
+				released := time.Now()
+				lastRelease.Store(released.UnixNano())
 				if ok, err := rl.Release(); !ok || err != nil {
 					b.Error(ok, err)
 					return
 				}
 				mu.Lock()
+				releases = append(releases, time.Since(released))
 				waits, holding = append(waits, got.Sub(t0)), append(holding, held)
 				if handoff >= 0 {
 					handoffs = append(handoffs, handoff)
@@ -523,6 +532,7 @@ func benchContention(b *testing.B, c *redis.Client, waiters int, hold time.Durat
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(float64(calls)/float64(b.N), "scripts/acq")
 	b.ReportMetric(micros(percentile(handoffs, 50)), "handoff-p50-µs")
+	b.ReportMetric(micros(percentile(releases, 50)), "release-p50-µs")
 	b.ReportMetric(micros(percentile(handoffs, 99)), "handoff-p99-µs")
 	b.ReportMetric(micros(percentile(waits, 50))/1000, "wait-p50-ms")
 	b.ReportMetric(micros(percentile(waits, 99))/1000, "wait-p99-ms")

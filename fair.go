@@ -48,7 +48,11 @@ func (rl *RedisLock) fairKeys() []string {
 // taken; else -1, how long to wait before the next attempt, and the
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
-	reply, err := rl.locker.store.Run(ctx, store.FairAcquire, rl.fairKeys(), id, lease.Milliseconds(), window.Milliseconds())
+	args := []any{id, lease.Milliseconds(), window.Milliseconds()}
+	if rl.opts.permits > 0 {
+		args = append(args, rl.opts.permits) // a fair semaphore
+	}
+	reply, err := rl.locker.store.Run(ctx, store.FairAcquire, rl.fairKeys(), args...)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -91,13 +91,17 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		release: []string{key, relatedName(key, "releases")},
 		channel: relatedName(key, "released"),
 	}}
-	if o.permits > 0 || o.shared {
-		rl.mode, o.err = permitMode, cmp.Or(o.err, permitsErr(o))
-	} else if o.fair {
+	if o.fair {
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
 		rl.names.release = append(rl.names.release, rl.names.queue, rl.names.waiters, relatedName(key, "fence"))
 		rl.line, rl.mode = &fairLine{turn: make(chan struct{}, 1)}, fairMode
+	}
+	if o.permits > 0 || o.shared {
+		o.err = cmp.Or(o.err, permitsErr(o))
+		if !o.fair {
+			rl.mode = permitMode // a fair semaphore's scripts are a fair lock's
+		}
 	}
 	switch {
 	case store.IsNil(s):

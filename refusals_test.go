@@ -393,6 +393,10 @@ func scriptCases() []scriptCase {
 		// Found by the black-box review: a refused attempt dropped the lapsed holder.
 		{"permit acquire, full of a lapsed holder", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 -lapsed"}, []string{k, ab}, []any{"me", 10000, 1},
 			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
+		{"fair acquire, a permit, join", store.FairAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 1},
+			[]string{"SISMEMBER", "TIME", "GET", "ZSCORE", "ZCARD", "ZREMRANGEBYSCORE", "ZADD", "PTTL", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE", "ZRANGEBYSCORE", "ZRANGE"}, nil, true, false},
+		{"fair release, a permit, handoff", store.FairRelease, map[string]string{k: "zset " + store.PermitsMark + " -1 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+			[]string{"GET", "ZSCORE", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
 			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
 		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},

@@ -161,6 +161,20 @@ func TestScriptsTouchOnlyTheirKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRelease(t, p)
+	// A fair semaphore: a waiter queued, and handed the permit.
+	fp := func() *RedisLock {
+		return NewRedisLock(FromGoRedis(srv.Client(t)), "mon:fairsem", WithPermits(1), WithFairness(), short)
+	}
+	fh, fw := fp(), fp()
+	mustAcquire(t, fh)
+	fgot := make(chan error, 1)
+	go func() { fgot <- fw.AcquireWait(ctx) }()
+	waitQueued(t, admin, "mon:fairsem", 1)
+	mustRelease(t, fh)
+	if err := <-fgot; err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, fw)
 	sh := NewRedisLock(FromGoRedis(c), "mon:shared", WithShared(), short)
 	mustAcquire(t, sh)
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

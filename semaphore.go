@@ -69,8 +69,8 @@ func permitsErr(o options) error {
 	switch {
 	case o.permits > 0 && o.shared:
 		return fmt.Errorf("%w: WithPermits(%d) with WithShared", ErrInvalidPermits, o.permits)
-	case o.fair || o.fencing:
-		return fmt.Errorf("%w: WithFairness and WithFencing of a semaphore or a shared lock", errors.ErrUnsupported)
+	case o.fencing || o.fair && o.shared:
+		return fmt.Errorf("%w: WithFencing of a semaphore or a shared lock, WithFairness of a shared lock", errors.ErrUnsupported)
 	}
 	return nil
 }

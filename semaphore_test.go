@@ -101,7 +101,8 @@ func TestSemaphoreMistakesChangeNothing(t *testing.T) {
 			{[]Option{WithPermits(0)}, ErrInvalidPermits},
 			{[]Option{WithPermits(-3)}, ErrInvalidPermits},
 			{[]Option{WithPermits(2), WithShared()}, ErrInvalidPermits},
-			{[]Option{WithPermits(2), WithFairness()}, errors.ErrUnsupported},
+			{[]Option{WithShared(), WithFairness()}, errors.ErrUnsupported},
+			{[]Option{WithPermits(2), WithFencing()}, errors.ErrUnsupported},
 			{[]Option{WithShared(), WithFencing()}, errors.ErrUnsupported},
 		} {
 			rl := NewRedisLock(s, "bad", tc.opts...)
@@ -463,7 +464,15 @@ func TestSemaphoreModelCatchesOverAdmission(t *testing.T) {
 // (never released, never renewed), while the server's scripts are flushed,
 // its clients' connections killed and its writes paused for less than a
 // lease; porcupine checks the history against a semaphore of 3.
+//
+// The same with WithFairness (case 24b): freed permits handed to the
+// longest waiter.
 func TestSemaphoreHistory(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { semaphoreHistory(t, nil, "24. semaphore") })
+	t.Run("fair", func(t *testing.T) { semaphoreHistory(t, []Option{WithFairness()}, "24b. fair semaphore") })
+}
+
+func semaphoreHistory(t *testing.T, opts []Option, name string) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	const n, workers, lease = 3, 8, time.Second
@@ -481,7 +490,7 @@ func TestSemaphoreHistory(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
-		rl := NewRedisLock(FromGoRedis(c), "history", WithPermits(n), WithExpiry(lease))
+		rl := NewRedisLock(FromGoRedis(c), "history", append([]Option{WithPermits(n), WithExpiry(lease)}, opts...)...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -512,7 +521,7 @@ func TestSemaphoreHistory(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := workers; ctx.Err() == nil; i++ {
-			dead := NewRedisLock(FromGoRedis(admin), "history", WithPermits(n), WithExpiry(300*time.Millisecond), WithoutWatchdog())
+			dead := NewRedisLock(FromGoRedis(admin), "history", append([]Option{WithPermits(n), WithExpiry(300 * time.Millisecond), WithoutWatchdog()}, opts...)...)
 			call := time.Now().UnixNano()
 			if dead.AcquireWait(ctx) == nil {
 				ret := time.Now().UnixNano()
@@ -546,7 +555,7 @@ func TestSemaphoreHistory(t *testing.T) {
 		t.Errorf("%d operations: %v against a semaphore of %d", len(ops), r, n)
 	}
 	recordFault(t, faultRow{
-		Case:      "24. semaphore: holders die, scripts flushed, connections killed, writes paused",
+		Case:      name + ": holders die, scripts flushed, connections killed, writes paused",
 		Injection: "8 workers on 3 permits for 4 s; a holder that never renews nor releases every 0.4 s; SCRIPT FLUSH, CLIENT KILL and CLIENT PAUSE WRITE 100 ms in turn every 150 ms",
 		Promise:   "never more than 3 inside: porcupine finds a semaphore of 3 that explains every section (a release unanswered counts until its lease's end)",
 		Runs:      sections.Load(), Faults: 4000 / 150, Violations: violations,
@@ -660,5 +669,62 @@ func TestSemaphoreBlackBoxFindings(t *testing.T) {
 			t.Fatalf("Holders = %v, %v", holders, err)
 		}
 		mustRelease(t, a)
+	})
+}
+
+// TestFairSemaphoreServesWaitersInOrder: with WithFairness, each freed
+// permit goes to the longest waiter, each waiter on a client of its own
+// (as in other processes), and a newcomer does not barge in ahead of them.
+func TestFairSemaphoreServesWaitersInOrder(t *testing.T) {
+	onServers(t, func(t *testing.T, c, admin *redis.Client) {
+		ctx := context.Background()
+		addr := c.Options().Addr
+		sem := func() *RedisLock {
+			return NewRedisLock(FromGoRedis(newClient(t, addr)), "fair-pool", WithPermits(2), WithFairness(), WithExpiry(2*time.Second))
+		}
+		a, b := sem(), sem()
+		mustAcquire(t, a)
+		mustAcquire(t, b)
+		var mu sync.Mutex
+		var order []int
+		waiters := make([]*RedisLock, 3)
+		got := make(chan error, len(waiters))
+		for i := range waiters {
+			waiters[i] = sem()
+			go func() {
+				err := waiters[i].AcquireWait(ctx)
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				got <- err
+			}()
+			waitQueued(t, admin, "fair-pool", int64(i+1))
+		}
+		if ok, err := sem().Acquire(); ok || err != nil {
+			t.Fatalf("a newcomer while 3 wait: %v, %v", ok, err)
+		}
+		mustRelease(t, a)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, b)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, waiters[0])
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(order, []int{0, 1, 2}) {
+			t.Fatalf("served in the order %v; want arrival order", order)
+		}
+		if st, err := a.Inspect(ctx); err != nil || st.Holders != 2 || st.Waiters != 0 {
+			t.Fatalf("Inspect = %+v, %v", st, err)
+		}
+		mustRelease(t, waiters[1])
+		mustRelease(t, waiters[2])
+		if admin.Exists(ctx, "fair-pool").Val() != 0 {
+			t.Fatal("the key outlives its holders")
+		}
 	})
 }

@@ -157,7 +157,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				_ = rl.releaseDetached(ctx, nil)
 				return rl.gaveUp(ctx)
 			case done && err == nil:
-				if rl.mode == permitMode {
+				if rl.opts.permits > 0 || rl.opts.shared {
 					w.Leave(0) // the next may take another permit, or share
 				} else {
 					w.Leave(rl.leaseOfHold())

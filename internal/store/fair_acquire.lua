@@ -12,6 +12,8 @@
 --          queue without another call (a waiter calls again at least
 --          every window/3); "0" to make one attempt without joining the
 --          queue
+-- ARGV[4]  optional: KEYS[1] is a semaphore of ARGV[4] permits (see
+--          holders.lua), of which the waiter wants one
 --
 -- A waiter is live until <until>, in ms of the server's clock; <lease> is
 -- the lease it wants, and "f" says it is fenced (KEYS[5] given): the
@@ -47,6 +49,16 @@ return guarded(function()
     end
 
     local owner = get(KEYS[1])
+    local n, h, have = tonumber(ARGV[4]), nil, nil
+    if n then -- a semaphore: ours if we hold a permit, free if one is
+        h = holders()
+        have = h.ours(n)
+        owner = h.score(1, ARGV[1]) and ARGV[1] or have and call("ZCARD", KEYS[1]) > n and h.drop(now) > n and 0 or false
+        need("ZADD", KEYS[1])
+        need("PTTL", KEYS[1])
+    elseif owner == 0 and holders().mark("redislock:permits") then
+        holders().wrongKind("is a semaphore")
+    end
     -- Every write below, asked for before the first.
     need("ZADD", KEYS[3], 1, ARGV[1])
     need("ZREM", KEYS[3], ARGV[1])
@@ -55,7 +67,12 @@ return guarded(function()
     need("SET", KEYS[1], ARGV[1])
     need("PEXPIRE", KEYS[1], ARGV[2])
     if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
-        call("PEXPIRE", KEYS[1], ARGV[2])
+        if h then
+            h.outlive(1, ARGV[2]) -- first: Redis then lets the ZADD through whatever its memory
+            call("ZADD", KEYS[1], "XX", now + ARGV[2], ARGV[1])
+        else
+            call("PEXPIRE", KEYS[1], ARGV[2])
+        end
         leave()
         return KEYS[5] and {"OK", tonumber(get(KEYS[5]))} or "OK"
     end
@@ -83,15 +100,19 @@ return guarded(function()
                 wait = 1 -- more lapsed waiters than one call drops: again soon
             else
                 local t = KEYS[5] and mint(5, time)
-                call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+                if h then
+                    h.join(ARGV[1], n, have, now, ARGV[2])
+                else
+                    call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+                end
                 if head then
                     leave()
                 end
                 return t and {"OK", t} or "OK"
             end
         end
-    else
-        wait = call("PTTL", KEYS[1]) -- held by another owner (or not a string)
+    else -- held by another owner (or not a string), or every permit
+        wait = h and h.first(now) or call("PTTL", KEYS[1])
     end
 
     if ARGV[3] == "0" then

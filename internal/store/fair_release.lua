@@ -2,7 +2,8 @@
 -- live waiter in its queue; or, for a waiter that gives up, leave the queue
 -- (passing the lock on if it was handed to it meanwhile).
 --
--- KEYS[1]  the lock key
+-- KEYS[1]  the lock key; or a semaphore's (see holders.lua), whose permit
+--          ARGV[1] holds is handed on, or left
 -- KEYS[2]  the record of its recent releases (see record.lua)
 -- KEYS[3]  its queue of waiters (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
@@ -37,7 +38,9 @@
 --        stays first, and its own attempt replies why (fair_acquire.lua).
 --        A refusal (call.lua): nothing was changed.
 return guarded(function()
-    local owned = get(KEYS[1]) == ARGV[1]
+    local value = get(KEYS[1])
+    local h = value == 0 and holders() -- a semaphore's key?
+    local owned = value == ARGV[1] or h and h.score(1, ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
     local ttl = KEYS[6] and call("PTTL", KEYS[6])
@@ -47,6 +50,12 @@ return guarded(function()
     need("HDEL", KEYS[4], ARGV[1])
     need("SET", KEYS[1], ARGV[1])
     need("DEL", KEYS[1])
+    if h then -- a permit handed on, or left
+        need("ZREM", KEYS[1])
+        need("ZADD", KEYS[1])
+        need("PEXPIRE", KEYS[1])
+        need("PTTL", KEYS[1])
+    end
     if KEYS[6] then
         need("PEXPIRE", KEYS[6], ARGV[3])
     end
@@ -85,13 +94,21 @@ return guarded(function()
         end
         call("ZREM", KEYS[3], head[1])
         call("HDEL", KEYS[4], head[1])
-        if token then
+        if token and h then -- our permit passes to the waiter
+            call("ZREM", KEYS[1], ARGV[1])
+            call("ZADD", KEYS[1], now + lease, head[1])
+            h.outlive(1, lease)
+        elseif token then
             call("SET", KEYS[1], head[1], "PX", lease)
+        end
+        if token then
             msg = head[1] .. " " .. head[2] .. " " .. string.format("%.0f", token) .. " " .. lease
             break
         end
     end
-    if msg == "" then
+    if msg == "" and h then
+        h.leave(ARGV[1])
+    elseif msg == "" then
         call("DEL", KEYS[1])
     end
     if not KEYS[6] then -- a give-up's reply is nobody's to retry

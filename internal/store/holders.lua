@@ -38,6 +38,24 @@ local function holders()
         error(redis.error_reply("REDISLOCK_KIND " .. KEYS[1] .. " " .. what))
     end
 
+    -- ours returns the score of the mark of KEYS[1] as a semaphore of n
+    -- permits (0: a shared lock), nil when KEYS[1] is missing, false when
+    -- it holds a string and n is 0 (an exclusive holder's); it raises
+    -- REDISLOCK_KIND when KEYS[1] is another kind.
+    local function ours(n)
+        local have = mark(n > 0 and PERMITS or SHARED)
+        local value = not have and get(KEYS[1])
+        if not have and n == 0 and type(value) == "string" then
+            return false
+        elseif not have and value then
+            wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
+                or value ~= 0 and "is a lock" or "is not a lock")
+        elseif have and n > 0 and have ~= -n then
+            wrongKind("has " .. -have .. " permits, not " .. n)
+        end
+        return have
+    end
+
     -- drop removes the lapsed holders of KEYS[1] at ms, and returns how many
     -- members are left, its mark included.
     local function drop(ms)
@@ -51,6 +69,24 @@ local function holders()
     local function outlive(i, lease)
         if call("PEXPIRE", KEYS[i], lease, "GT") == 0 and call("PTTL", KEYS[i]) == -1 then
             call("PEXPIRE", KEYS[i], lease)
+        end
+    end
+
+    -- first returns how long, from ms, until the first lease of a holder of
+    -- KEYS[1] ends.
+    local function first(ms)
+        return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+    end
+
+    -- join makes id a holder of KEYS[1], of n permits (0: shared), whose
+    -- mark has the score have (nil: a new key), until ms + lease.
+    local function join(id, n, have, ms, lease)
+        call("ZADD", KEYS[1], "NX", ms + lease, id) -- 0: a retry, which holds already
+        if have then
+            outlive(1, lease)
+        else
+            call("ZADD", KEYS[1], -n, n > 0 and PERMITS or SHARED)
+            call("PEXPIRE", KEYS[1], lease)
         end
     end
 
@@ -107,5 +143,5 @@ local function holders()
     end
 
     return {PERMITS = PERMITS, SHARED = SHARED, clock = clock, score = score, mark = mark,
-        wrongKind = wrongKind, drop = drop, outlive = outlive, leave = leave, exclusive = exclusive}
+        wrongKind = wrongKind, ours = ours, drop = drop, outlive = outlive, first = first, join = join, leave = leave, exclusive = exclusive}
 end

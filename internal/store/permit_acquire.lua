@@ -19,20 +19,12 @@
 --        Idempotent: a retry finds ARGV[1] a holder, and is told "OK".
 return guarded(function()
     local h = holders()
-    local PERMITS, SHARED, clock, score, mark, drop = h.PERMITS, h.SHARED, h.clock, h.score, h.mark, h.drop
     local n = tonumber(ARGV[3])
-    local kind = n > 0 and PERMITS or SHARED
-    local have = mark(kind)
-    local value = not have and get(KEYS[1])
-    if not have and n == 0 and type(value) == "string" then
+    local have = h.ours(n)
+    if have == false then
         return call("PTTL", KEYS[1]) -- an exclusive holder's
-    elseif not have and value then
-        h.wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
-            or value ~= 0 and "is a lock" or "is not a lock")
-    elseif have and n > 0 and have ~= -n then
-        h.wrongKind("has " .. -have .. " permits, not " .. n)
     end
-    local ms = clock()
+    local ms = h.clock()
     if have and n == 0 and -have > ms then
         return -have - ms -- an exclusive holder waits
     elseif call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
@@ -42,20 +34,14 @@ return guarded(function()
     need("PEXPIRE", KEYS[1])
     need("PTTL", KEYS[1])
     if have and n > 0 and call("ZCARD", KEYS[1]) > n then -- full, with the mark
-        if score(1, ARGV[1]) then
+        if h.score(1, ARGV[1]) then
             return "OK" -- a retry of this very call
         end
         need("ZRANGEBYSCORE", KEYS[1])
-        if drop(ms) > n then
-            return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+        if h.drop(ms) > n then
+            return h.first(ms)
         end
     end
-    call("ZADD", KEYS[1], "NX", ms + ARGV[2], ARGV[1]) -- 0: a retry, which holds already
-    if have then
-        h.outlive(1, ARGV[2])
-    else
-        call("ZADD", KEYS[1], -n, kind)
-        call("PEXPIRE", KEYS[1], ARGV[2])
-    end
+    h.join(ARGV[1], n, have, ms, ARGV[2])
     return "OK"
 end)
