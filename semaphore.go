@@ -30,7 +30,8 @@ var ErrInvalidPermits = errors.New("redislock: invalid permits")
 // WithPermits makes the RedisLock a holder of one of the n permits of its
 // key: up to n RedisLock values, in any processes, hold the key at once,
 // each with its own lease, renewals and re-entries as a lock's holder has;
-// the next is refused (Acquire) or waits (AcquireWait, Do). Every holder
+// the next is refused (Acquire) or waits (AcquireWait, Do); with
+// WithFairness, a freed permit goes to the longest waiter. Every holder
 // of the key must be made with the same n. An n outside [1, MaxPermits] is
 // reported as ErrInvalidPermits by the first call. See docs/semaphores.md.
 func WithPermits(n int) Option {
