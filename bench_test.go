@@ -105,6 +105,46 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkPermitPairs interleaves, pair by pair, a plain lock's
+// acquire+release, a semaphore permit's (another holder holds one of its 8
+// permits) and a shared lock's (beside another share), so that the
+// loopback's drift hits all alike, and reports each kind's time over the
+// plain lock's (issue 28: at most 1.10).
+func BenchmarkPermitPairs(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	kinds := [][]Option{nil, {WithPermits(8)}, {WithShared()}}
+	locks := make([]*RedisLock, len(kinds))
+	for i, opts := range kinds {
+		key := fmt.Sprintf("bench:pairs:%d", i)
+		if opts != nil {
+			other := NewRedisLock(FromGoRedis(c), key, opts...)
+			if ok, err := other.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			defer other.ReleaseCtx(ctx)
+		}
+		locks[i] = NewRedisLock(FromGoRedis(c), key, opts...)
+	}
+	spent := make([]time.Duration, len(kinds))
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for i, rl := range locks {
+			t0 := time.Now()
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			spent[i] += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "semaphore/lock")
+	b.ReportMetric(float64(spent[2])/float64(spent[0]), "shared/lock")
+	b.ReportMetric(micros(spent[0])/float64(b.N), "lock-µs/pair")
+}
+
 // instantStore answers acquire.lua and release.lua at once, as a free lock
 // would.
 type instantStore struct{}
