@@ -116,7 +116,8 @@ func runChild(role string) int {
 	return 0
 }
 
-// pausedHolder takes a fenced lock and writes once with its token; then it
+// pausedHolder takes a fenced lock and writes once with its token (with
+// LOCK_PERMITS, a permit of a semaphore, and writes nothing); then it
 // watches its hold in 5ms steps. A step that comes over half a second late
 // means the process was stopped and has just resumed. When the hold ends,
 // it reports how long after resuming that was, and tries a write with its
@@ -130,13 +131,24 @@ func pausedHolder(out io.Writer) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	ctx := context.Background()
-	rl := NewRedisLock(FromGoRedis(c), key, WithExpiry(lease), WithFencing())
-	if ok, err := rl.Acquire(); !ok || err != nil {
-		return fmt.Errorf("acquire: %v, %v", ok, err)
+	opts := []Option{WithExpiry(lease), WithFencing()}
+	permits, _ := strconv.Atoi(os.Getenv("LOCK_PERMITS"))
+	if permits > 0 {
+		opts = []Option{WithExpiry(lease), WithPermits(permits)}
+	}
+	rl := NewRedisLock(FromGoRedis(c), key, opts...)
+	if err := rl.AcquireWait(ctx); err != nil {
+		return fmt.Errorf("acquire: %v", err)
 	}
 	defer rl.Release()
 	token := rl.Token()
-	if n, err := fenceWrite.Run(ctx, c, []string{key + ":resource"}, token).Int(); err != nil || n != 1 {
+	write := func() (int, error) {
+		if permits > 0 {
+			return 0, nil // no fencing: nothing written
+		}
+		return fenceWrite.Run(ctx, c, []string{key + ":resource"}, token).Int()
+	}
+	if n, err := write(); err != nil || n != 1 && permits == 0 {
 		return fmt.Errorf("first write: %v, %v", n, err)
 	}
 	fmt.Fprintln(out, "acquired", token)
@@ -153,7 +165,7 @@ func pausedHolder(out io.Writer) error {
 			case resumed.IsZero():
 				resumed = last // never stopped
 			}
-			n, err := fenceWrite.Run(ctx, c, []string{key + ":resource"}, token).Int()
+			n, err := write()
 			if err != nil {
 				return err
 			}

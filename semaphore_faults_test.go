@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,5 +268,71 @@ func TestSentinelSemaphoreFailover(t *testing.T) {
 		Injection: "SENTINEL FAILOVER while 2 holders of 2 permits hold, through a failover client",
 		Promise:   "the holders keep their permits (renewed on the new primary); no third holder",
 		Runs:      1, Faults: 1, Violations: violations,
+	})
+}
+
+// TestFaultPermitHolderProcesses: a holder of the only permit, in a
+// process of its own, SIGSTOPped past its lease: the next holder gets the
+// permit, and the stopped one learns its loss within a renewal interval
+// of resuming (it has no fencing: what it writes then is the limit of
+// process pauses, see docs/reliability.md). Then one SIGKILLed: the next
+// holder gets the permit once the dead one's lease ends.
+func TestFaultPermitHolderProcesses(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	const lease = time.Second
+	var runs, violations int64
+	for i := 0; i < 2; i++ {
+		key := fmt.Sprintf("paused-permit:%d", i)
+		child, lines := startChild(t, "paused-holder", "REDIS_ADDR="+srv.Addr, "LOCK_KEY="+key, "LOCK_LEASE="+lease.String(), "LOCK_PERMITS=1")
+		expectLine(t, lines, "acquired")
+		must(t, child.Process.Signal(syscall.SIGSTOP))
+		next := NewRedisLock(FromGoRedis(c), key, WithPermits(1))
+		if err := next.AcquireWait(ctx); err != nil { // once the stopped holder's lease ended
+			t.Fatalf("the next holder: %v", err)
+		}
+		must(t, child.Process.Signal(syscall.SIGCONT))
+		f := expectLine(t, lines, "lost")
+		afterResume, isLoss := parseInt(t, f[0]), f[1] == "true"
+		runs++
+		if afterResume > int64(lease/3/time.Millisecond) || !isLoss {
+			violations++
+			t.Errorf("run %d: Done %d ms after resuming, ErrLockLost %v", i, afterResume, isLoss)
+		}
+		if err := child.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+		if holders, err := next.Holders(ctx); err != nil || len(holders) != 1 || holders[0].Owner != next.Owner() {
+			violations++
+			t.Errorf("run %d: the resumed holder's release touched the next one's permit: %v, %v", i, holders, err)
+		}
+		mustRelease(t, next)
+
+		key += ":killed"
+		child, lines = startChild(t, "paused-holder", "REDIS_ADDR="+srv.Addr, "LOCK_KEY="+key, "LOCK_LEASE="+lease.String(), "LOCK_PERMITS=1")
+		expectLine(t, lines, "acquired")
+		must(t, child.Process.Kill())
+		_ = child.Wait()
+		next = NewRedisLock(FromGoRedis(c), key, WithPermits(1))
+		if ok, err := next.Acquire(); ok || err != nil {
+			t.Fatalf("the dead holder's permit free at once: %v, %v", ok, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*lease)
+		err := next.AcquireWait(wctx)
+		cancel()
+		runs++
+		if err != nil {
+			violations++
+			t.Errorf("run %d: the dead holder's permit never came back: %v", i, err)
+			continue
+		}
+		mustRelease(t, next)
+	}
+	recordFault(t, faultRow{
+		Case:      "27. semaphore: holder process SIGSTOPped past its lease, or SIGKILLed",
+		Injection: "SIGSTOP the process holding the only permit until the next holder got it (lease 1 s), then SIGCONT; SIGKILL another",
+		Promise:   "the next holder gets the permit once the dead or stopped holder's lease ends; the resumed holder learns its loss within a renewal interval, and its release leaves the next holder's permit",
+		Runs:      runs, Faults: runs, Violations: violations,
 	})
 }
