@@ -728,3 +728,29 @@ func TestFairSemaphoreServesWaitersInOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchSeesHoldersComeAndGo: Watch reports a holder replaced by
+// another, though their number stays the same.
+func TestWatchSeesHoldersComeAndGo(t *testing.T) {
+	_, c := newMini(t)
+	s := FromGoRedis(c)
+	a, b := NewRedisLock(s, "watched", WithPermits(2)), NewRedisLock(s, "watched", WithPermits(2))
+	mustAcquire(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan Status, 16)
+	go a.Watch(ctx, 10*time.Millisecond, func(st Status) { seen <- st })
+	if st := <-seen; st.Holders != 1 || st.Permits != 2 {
+		t.Fatalf("first status %+v", st)
+	}
+	mustRelease(t, a)
+	mustAcquire(t, b) // one holder for another, before a read may see the key free
+	for st := (Status{}); st.Holders != 1; { // b's hold, seen as a change
+		select {
+		case st = <-seen:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Watch did not report b taking a's place")
+		}
+	}
+	mustRelease(t, b)
+}
