@@ -39,8 +39,8 @@ type Status struct {
 	// Permits is the number of permits of a semaphore (see WithPermits),
 	// Shared is true for a shared lock (WithShared). Holders then counts
 	// their live holders (Holders lists them), Held reports that there is
-	// one, and Owner, TTL and Expires are the key's: "", and as long as
-	// the longest lease.
+	// one, Owner is "" (from Break, the holder it removed), and TTL and
+	// Expires are the key's, which lives as long as the longest lease.
 	Permits int
 	Shared  bool
 	Holders int
@@ -196,7 +196,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if err != nil {
 		return Status{}, opErr("break", rl.key, err)
 	}
-	if st.Owner != was || !st.Held { // the lock changed hands since inspect read it
+	if st.Owner != was && st.Holders == 0 || !st.Held { // the lock changed hands since inspect read it
 		st.Expires = time.Time{}
 	}
 	st.Held, st.Owner, st.TTL = pttl != -2, was, 0
