@@ -389,32 +389,34 @@ func scriptCases() []scriptCase {
 		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},
 			[]string{"ZSCORE", "GET", "TIME", "ZADD", "PEXPIRE", "PTTL", "SISMEMBER"}, nil, true, false},
 		{"permit acquire, full", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab}, []any{"me", 10000, 1},
-			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
+			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCOUNT", "ZRANGEBYSCORE", "ZREM"}, nil, false, false},
+		{"permit acquire, free, fenced", store.PermitAcquire, nil, []string{k, ab, fence}, []any{"me", 10000, 2},
+			[]string{"ZSCORE", "GET", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "SET"}, nil, true, false},
 		// Found by the black-box review: a refused attempt dropped the lapsed holder.
 		{"permit acquire, full of a lapsed holder", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 -lapsed"}, []string{k, ab}, []any{"me", 10000, 1},
-			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCARD", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE"}, nil, true, false},
+			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCOUNT", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
 		{"fair acquire, a permit, join", store.FairAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 1},
-			[]string{"SISMEMBER", "TIME", "GET", "ZSCORE", "ZCARD", "ZREMRANGEBYSCORE", "ZADD", "PTTL", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE", "ZRANGEBYSCORE", "ZRANGE"}, nil, true, false},
+			[]string{"SISMEMBER", "TIME", "GET", "ZSCORE", "ZCOUNT", "ZADD", "PTTL", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE", "ZRANGEBYSCORE", "ZRANGE"}, nil, true, false},
 		{"fair release, a permit, handoff", store.FairRelease, map[string]string{k: "zset " + store.PermitsMark + " -1 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
 			[]string{"GET", "ZSCORE", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
 			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
 		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},
-			[]string{"SET", "GET", "ZSCORE", "ZCARD", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZREMRANGEBYSCORE"}, nil, true, false},
+			[]string{"SET", "GET", "ZSCORE", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
 		{"acquire, shared, left", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0"}, []string{k, ab}, []any{"me", 10000},
-			[]string{"SET", "GET", "ZSCORE", "ZCARD", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZREMRANGEBYSCORE"}, nil, true, false},
+			[]string{"SET", "GET", "ZSCORE", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
 		{"extend, a permit", store.Extend, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me", 10000},
 			[]string{"GET", "ZSCORE", "TIME", "PEXPIRE", "PTTL", "ZADD"}, nil, true, false},
 		{"release, a permit", store.Release, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, marker}, []any{"me", "ch"},
-			[]string{"GET", "ZSCORE", "ZCARD", "ZREM", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
+			[]string{"GET", "ZSCORE", "ZCOUNT", "ZREM", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
 		{"release, the last share", store.Release, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker}, []any{"me", "ch"},
-			[]string{"GET", "ZSCORE", "ZCARD", "TIME", "PEXPIRE", "DEL", "ZREM", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+			[]string{"GET", "ZSCORE", "ZCOUNT", "TIME", "PEXPIRE", "DEL", "ZREM", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"ttl, a permit", store.TTL, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me"},
 			[]string{"GET", "ZSCORE", "TIME"}, nil, false, false},
 		{"inspect, a semaphore", store.Inspect, map[string]string{k: "zset " + store.PermitsMark + " -2 other"}, []string{k, fence, queue, waiters}, nil,
 			[]string{"TYPE", "TIME", "ZRANGE", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
 		{"break, a holder", store.Break, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, broken}, []any{"other", "ch", 60000, "call"},
-			[]string{"HGET", "GET", "PTTL", "ZSCORE", "ZCARD", "ZREM", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
+			[]string{"HGET", "GET", "PTTL", "ZSCORE", "ZCOUNT", "ZREM", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 	}
 }
 
@@ -549,7 +551,7 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 var denyOOMFirst = map[string]bool{
 	"acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
 	"release, given up": true, "fair acquire, join": true, "fair acquire, free": true,
-	"permit acquire, free": true, "acquire, shared, waiting": true, "acquire, shared, left": true,
+	"permit acquire, free": true, "permit acquire, free, fenced": true, "fair acquire, a permit, join": true, "acquire, shared, waiting": true, "acquire, shared, left": true,
 }
 
 // refusalRound is one fault-table round of refusals: for each store, n

@@ -48,7 +48,8 @@ func WithPermits(n int) Option {
 // holders at once, and none while an exclusive holder holds it (a
 // RedisLock without WithShared, go-zero's RedisLock, any SET NX of the
 // key). An exclusive holder that waits for the key in AcquireWait or Do
-// is let in before shares asked for after it. See docs/semaphores.md.
+// is let in before shares asked for after it. WithFairness is not yet
+// supported with it (errors.ErrUnsupported). See docs/semaphores.md.
 func WithShared() Option {
 	return func(o *options) { o.shared = true }
 }
@@ -62,7 +63,7 @@ func (rl *RedisLock) attemptPermit(ctx context.Context, id string, lease time.Du
 	if err != nil {
 		return 0, 0, err
 	}
-	return store.ParseAcquire(reply, false)
+	return store.ParseAcquire(reply, rl.fenced())
 }
 
 // permitsErr checks the options of a semaphore or a shared lock.
@@ -70,8 +71,8 @@ func permitsErr(o options) error {
 	switch {
 	case o.permits > 0 && o.shared:
 		return fmt.Errorf("%w: WithPermits(%d) with WithShared", ErrInvalidPermits, o.permits)
-	case o.fencing || o.fair && o.shared:
-		return fmt.Errorf("%w: WithFencing of a semaphore or a shared lock, WithFairness of a shared lock", errors.ErrUnsupported)
+	case o.fair && o.shared:
+		return fmt.Errorf("%w: WithFairness of a shared lock", errors.ErrUnsupported)
 	}
 	return nil
 }

@@ -55,15 +55,18 @@ func TestFaultPermitReplyLost(t *testing.T) {
 		store := newStore()
 		for _, kind := range []struct {
 			name string
-			opt  Option
-		}{{"1 permit", WithPermits(1)}, {"3 permits", WithPermits(3)}, {"shared", WithShared()}} {
+			opts []Option
+		}{
+			{"1 permit", []Option{WithPermits(1)}}, {"3 permits", []Option{WithPermits(3)}}, {"shared", []Option{WithShared()}},
+			{"1 permit, fenced", []Option{WithPermits(1), WithFencing()}}, {"shared, fenced", []Option{WithShared(), WithFencing()}},
+		} {
 			key := fmt.Sprintf("lost:%s:%s", name, kind.name)
-			other := NewRedisLock(store, key, kind.opt) // warms a connection; for 3 permits and shared, holds on
+			other := NewRedisLock(store, key, kind.opts...) // warms a connection; but for 1 permit, holds on
 			mustAcquire(t, other)
-			if kind.name == "1 permit" {
+			if strings.HasPrefix(kind.name, "1 permit") {
 				mustRelease(t, other)
 			}
-			rl := NewRedisLock(store, key, kind.opt, WithExpiry(1500*time.Millisecond))
+			rl := NewRedisLock(store, key, append(kind.opts, WithExpiry(1500*time.Millisecond))...)
 			dropped(key+" acquire", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
 					violate("%s: Acquire after a lost reply = %v, %v", key, ok, err)
@@ -71,6 +74,9 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			})
 			if !holds(key, rl) {
 				violate("%s: not a holder after its acquisition", key)
+			}
+			if token, err := admin.ZScore(ctx, key, "#"+rl.Owner()).Result(); rl.Token() != 0 && (err != nil || int64(token) != rl.Token()) {
+				violate("%s: token %d, kept %v (%v)", key, rl.Token(), token, err)
 			}
 			dropped(key+" re-entry", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
@@ -99,7 +105,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			if holds(key, rl) || rl.Err() != nil {
 				violate("%s: after its release, still a holder %v, Err %v", key, holds(key, rl), rl.Err())
 			}
-			if kind.name != "1 permit" {
+			if !strings.HasPrefix(kind.name, "1 permit") {
 				mustRelease(t, other)
 				if admin.Exists(ctx, key).Val() != 0 {
 					violate("%s: the key outlives its last holder", key)

@@ -102,8 +102,7 @@ func TestSemaphoreMistakesChangeNothing(t *testing.T) {
 			{[]Option{WithPermits(-3)}, ErrInvalidPermits},
 			{[]Option{WithPermits(2), WithShared()}, ErrInvalidPermits},
 			{[]Option{WithShared(), WithFairness()}, errors.ErrUnsupported},
-			{[]Option{WithPermits(2), WithFencing()}, errors.ErrUnsupported},
-			{[]Option{WithShared(), WithFencing()}, errors.ErrUnsupported},
+			{[]Option{WithShared(), WithFencing(), WithFairness()}, errors.ErrUnsupported},
 		} {
 			rl := NewRedisLock(s, "bad", tc.opts...)
 			if ok, err := rl.Acquire(); ok || !errors.Is(err, tc.want) {
@@ -753,4 +752,94 @@ func TestWatchSeesHoldersComeAndGo(t *testing.T) {
 		}
 	}
 	mustRelease(t, b)
+}
+
+// TestFencedHolders: WithFencing gives each first acquisition of a
+// semaphore's permit or a shared lock's share a token from the key's
+// counter, strictly increasing across holders, kept by re-entries and
+// listed by Holders; a holder's token leaves with it, and with a holder
+// dropped when its lease ended.
+func TestFencedHolders(t *testing.T) {
+	onServers(t, func(t *testing.T, c, admin *redis.Client) {
+		ctx := context.Background()
+		s := FromGoRedis(c)
+		for i, opt := range []Option{WithPermits(2), WithShared()} {
+			key := fmt.Sprintf("fenced:%d", i)
+			hold := func(o ...Option) *RedisLock {
+				return NewRedisLock(s, key, append([]Option{opt, WithFencing()}, o...)...)
+			}
+			a, b := hold(), hold()
+			mustAcquire(t, a)
+			mustAcquire(t, b)
+			if a.Token() <= 0 || b.Token() <= a.Token() {
+				t.Fatalf("%s: tokens %d then %d", key, a.Token(), b.Token())
+			}
+			first := a.Token()
+			mustAcquire(t, a) // a re-entry keeps the token
+			if a.Token() != first {
+				t.Fatalf("%s: a re-entry changed the token", key)
+			}
+			holders, err := a.Holders(ctx)
+			if err != nil || len(holders) != 2 {
+				t.Fatalf("%s: Holders = %v, %v", key, holders, err)
+			}
+			for _, h := range holders {
+				if want := map[string]int64{a.Owner(): a.Token(), b.Owner(): b.Token()}[h.Owner]; h.Token != want {
+					t.Fatalf("%s: holder %s listed with token %d, not %d", key, h.Owner, h.Token, want)
+				}
+			}
+			if st, err := a.Inspect(ctx); err != nil || st.Holders != 2 || st.Fence != b.Token() {
+				t.Fatalf("%s: Inspect = %+v, %v", key, st, err)
+			}
+			mustRelease(t, a)
+			mustRelease(t, a)
+			if admin.ZScore(ctx, key, "#"+holderID(a)).Err() == nil {
+				t.Fatalf("%s: a's token outlives its release", key)
+			}
+			d := hold()
+			mustAcquire(t, d)
+			if d.Token() <= b.Token() {
+				t.Fatalf("%s: the next token %d is not above %d", key, d.Token(), b.Token())
+			}
+			releaseAll(b, d)
+			if n := admin.Exists(ctx, key).Val(); n != 0 {
+				t.Fatalf("%s outlives its holders", key)
+			}
+		}
+		// A dead holder dropped when its lease ended takes its token along.
+		dead := NewRedisLock(s, "fenced-dead", WithPermits(1), WithFencing(), WithExpiry(100*time.Millisecond), WithoutWatchdog())
+		mustAcquire(t, dead)
+		id := dead.Owner()
+		next := NewRedisLock(s, "fenced-dead", WithPermits(1), WithFencing())
+		waitFor(t, 10*time.Second, "the dead holder's permit", func() bool { ok, err := next.Acquire(); return ok && err == nil })
+		if admin.ZScore(ctx, "fenced-dead", "#"+id).Err() == nil || next.Token() <= 0 {
+			t.Fatalf("the dropped holder's token stays, or the next has none (%d)", next.Token())
+		}
+		mustRelease(t, next)
+		dead.Release()
+	})
+}
+
+// TestFairFencedSemaphoreHandoff: a freed permit handed to a fenced fair
+// waiter carries a token above the releaser's, kept in the key.
+func TestFairFencedSemaphoreHandoff(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	sem := func() *RedisLock {
+		return NewRedisLock(FromGoRedis(srv.Client(t)), "fair-fenced", WithPermits(1), WithFairness(), WithFencing())
+	}
+	holder, waiter := sem(), sem()
+	mustAcquire(t, holder)
+	got := make(chan error, 1)
+	go func() { got <- waiter.AcquireWait(context.Background()) }()
+	waitQueued(t, admin, "fair-fenced", 1)
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	stored, err := admin.ZScore(context.Background(), "fair-fenced", "#"+waiter.Owner()).Result()
+	if err != nil || waiter.Token() <= holder.Token() || int64(stored) != waiter.Token() {
+		t.Fatalf("handed token %d (stored %v, %v) after %d", waiter.Token(), stored, err, holder.Token())
+	}
+	mustRelease(t, waiter)
 }

@@ -50,6 +50,7 @@ type Status struct {
 type Holder struct {
 	Owner string        // its id, as its RedisLock's Owner method returns it
 	TTL   time.Duration // its remaining lease, by the server's clock
+	Token int64         // its fencing token (see WithFencing); 0 when not fenced
 }
 
 // rememberBreak is how long a break is remembered, so that a client's retry
@@ -124,8 +125,8 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 	}
 	var holders []Holder
 	for id, left := range in.Holders {
-		if id != store.PermitsMark && id != store.SharedMark {
-			holders = append(holders, Holder{Owner: id, TTL: store.LeaseLeft(left)})
+		if !strings.HasPrefix(id, "#") && id != store.PermitsMark && id != store.SharedMark {
+			holders = append(holders, Holder{Owner: id, TTL: store.LeaseLeft(left), Token: in.Holders["#"+id]})
 		}
 	}
 	slices.SortFunc(holders, func(a, b Holder) int { return strings.Compare(a.Owner, b.Owner) })
@@ -138,7 +139,12 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 func holdersOf(st *Status, holders map[string]int64) bool {
 	permits, semaphore := holders[store.PermitsMark]
 	_, st.Shared = holders[store.SharedMark]
-	st.Permits, st.Holders = int(-permits), len(holders)-1
+	st.Permits, st.Holders = int(-permits), 0
+	for id := range holders {
+		if !strings.HasPrefix(id, "#") && id != store.PermitsMark && id != store.SharedMark {
+			st.Holders++
+		}
+	}
 	st.Held = st.Holders > 0
 	return semaphore || st.Shared
 }

@@ -53,7 +53,7 @@ return guarded(function()
     if n then -- a semaphore: ours if we hold a permit, free if one is
         h = holders()
         have = h.ours(n)
-        owner = h.score(1, ARGV[1]) and ARGV[1] or have and call("ZCARD", KEYS[1]) > n and h.drop(now) > n and 0 or false
+        owner = h.score(1, ARGV[1]) and ARGV[1] or have and h.count() >= n and h.drop(now) >= n and 0 or false
         need("ZADD", KEYS[1])
         need("PTTL", KEYS[1])
     elseif owner == 0 and holders().mark("redislock:permits") then
@@ -74,6 +74,9 @@ return guarded(function()
             call("PEXPIRE", KEYS[1], ARGV[2])
         end
         leave()
+        if h and KEYS[5] then
+            return {"OK", h.score(1, "#" .. ARGV[1])}
+        end
         return KEYS[5] and {"OK", tonumber(get(KEYS[5]))} or "OK"
     end
 
@@ -101,7 +104,7 @@ return guarded(function()
             else
                 local t = KEYS[5] and mint(5, time)
                 if h then
-                    h.join(ARGV[1], n, have, now, ARGV[2])
+                    h.join(ARGV[1], n, have, now, ARGV[2], t)
                 else
                     call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
                 end

@@ -95,8 +95,11 @@ return guarded(function()
         call("ZREM", KEYS[3], head[1])
         call("HDEL", KEYS[4], head[1])
         if token and h then -- our permit passes to the waiter
-            call("ZREM", KEYS[1], ARGV[1])
+            call("ZREM", KEYS[1], ARGV[1], "#" .. ARGV[1])
             call("ZADD", KEYS[1], now + lease, head[1])
+            if token > 0 then
+                call("ZADD", KEYS[1], token, "#" .. head[1])
+            end
             h.outlive(1, lease)
         elseif token then
             call("SET", KEYS[1], head[1], "PX", lease)

@@ -8,7 +8,9 @@
 -- permits; "redislock:shared" for a shared lock, scored minus the time
 -- until which an exclusive holder waits for it (0: none does), during
 -- which no new share is given. A holder whose lease ended counts until a
--- script drops it; it is dropped when it stands in another's way.
+-- script drops it; it is dropped when it stands in another's way. A
+-- fenced holder's token is the score of the member "#" .. its id (tokens,
+-- in µs, lie above every lease's end, in ms, and below 2^53).
 local function holders()
     local PERMITS, SHARED = "redislock:permits", "redislock:shared"
 
@@ -56,11 +58,18 @@ local function holders()
         return have
     end
 
-    -- drop removes the lapsed holders of KEYS[1] at ms, and returns how many
-    -- members are left, its mark included.
+    -- count returns how many holders KEYS[1] has.
+    local function count()
+        return call("ZCOUNT", KEYS[1], "(0", "(1e14")
+    end
+
+    -- drop removes the holders of KEYS[1] whose lease ended at ms, with their
+    -- tokens, and returns how many are left.
     local function drop(ms)
-        call("ZREMRANGEBYSCORE", KEYS[1], "(0", ms)
-        return call("ZCARD", KEYS[1])
+        for _, id in ipairs(call("ZRANGEBYSCORE", KEYS[1], "(0", ms)) do
+            call("ZREM", KEYS[1], id, "#" .. id)
+        end
+        return count()
     end
 
     -- outlive makes KEYS[i] live lease ms more, at least: PEXPIRE GT, which
@@ -79,9 +88,13 @@ local function holders()
     end
 
     -- join makes id a holder of KEYS[1], of n permits (0: shared), whose
-    -- mark has the score have (nil: a new key), until ms + lease.
-    local function join(id, n, have, ms, lease)
+    -- mark has the score have (nil: a new key), until ms + lease, with the
+    -- fencing token t (nil: none).
+    local function join(id, n, have, ms, lease, t)
         call("ZADD", KEYS[1], "NX", ms + lease, id) -- 0: a retry, which holds already
+        if t then
+            call("ZADD", KEYS[1], t, "#" .. id)
+        end
         if have then
             outlive(1, lease)
         else
@@ -96,13 +109,13 @@ local function holders()
     -- it: it then lasts as long as that wait.
     local function leave(id)
         local waits -- nil: a holder stays
-        if call("ZCARD", KEYS[1]) == 2 then
+        if count() == 1 then
             local shared = mark(SHARED)
             waits = shared and -shared - clock() or mark(PERMITS) and 0
             need("PEXPIRE", KEYS[1])
             need("DEL", KEYS[1])
         end
-        call("ZREM", KEYS[1], id) -- first: Redis refuses no ZREM for memory
+        call("ZREM", KEYS[1], id, "#" .. id) -- first: Redis refuses no ZREM for memory
         if waits and waits > 0 then
             call("PEXPIRE", KEYS[1], waits)
         elseif waits then
@@ -123,14 +136,15 @@ local function holders()
         if not mark(SHARED) then
             return 0 -- no key of ours
         end
-        need("ZCARD", KEYS[1])
+        need("ZCOUNT", KEYS[1])
+        need("ZREM", KEYS[1])
         need("DEL", KEYS[1])
         need("SET", KEYS[1])
         need("ZADD", KEYS[1])
         need("PTTL", KEYS[1])
         need("SISMEMBER", KEYS[2])
         local ms = clock()
-        if drop(ms) == 1 then
+        if drop(ms) == 0 then
             call("DEL", KEYS[1])
             call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
             return false
@@ -143,5 +157,5 @@ local function holders()
     end
 
     return {PERMITS = PERMITS, SHARED = SHARED, clock = clock, score = score, mark = mark,
-        wrongKind = wrongKind, ours = ours, drop = drop, outlive = outlive, first = first, join = join, leave = leave, exclusive = exclusive}
+        wrongKind = wrongKind, ours = ours, count = count, drop = drop, outlive = outlive, first = first, join = join, leave = leave, exclusive = exclusive}
 end

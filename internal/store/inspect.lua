@@ -18,7 +18,7 @@
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
 --        holders  of a sorted set (holders.lua): id, lease left in ms, for
---                 each live holder; its mark and score.
+--                 each live holder; "#" .. id and its token; its mark and score.
 --        A refusal as call.lua says.
 return guarded(function()
     local kind = call("TYPE", KEYS[1]).ok
@@ -47,9 +47,10 @@ return guarded(function()
         local all = call("ZRANGE", KEYS[1], 0, -1, "WITHSCORES")
         for i = 1, #all, 2 do
             local score = tonumber(all[i + 1])
+            local token = string.sub(all[i], 1, 1) == "#"
             if score <= 0 or score > now then
                 holders[#holders + 1] = all[i]
-                holders[#holders + 1] = score > 0 and score - now or score
+                holders[#holders + 1] = score > 0 and not token and score - now or score
             end
         end
     end

@@ -3,11 +3,13 @@
 --
 -- KEYS[1]  the key, a sorted set of holders (see holders.lua)
 -- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
+-- KEYS[3]  optional: its fencing counter (see fence.lua); the holder's token
+--          is kept in KEYS[1] (see holders.lua)
 -- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  the number of permits; "0" for a shared lock
 --
--- Reply: "OK" when taken: ARGV[1] holds KEYS[1] until the server's clock
+-- Reply: "OK" when taken (with KEYS[3], {"OK", token}): ARGV[1] holds KEYS[1] until the server's clock
 --        plus ARGV[2] ms, and the key lives at least as long. Otherwise an
 --        integer: how long until a permit frees at the latest (the first
 --        holder's lease to end), until an exclusive holder's wait ends
@@ -24,7 +26,11 @@ return guarded(function()
     if have == false then
         return call("PTTL", KEYS[1]) -- an exclusive holder's
     end
-    local ms = h.clock()
+    local token = KEYS[3] and h.score(1, "#" .. ARGV[1])
+    if token then
+        return {"OK", token} -- a retry of this very call, fenced
+    end
+    local ms, time = h.clock()
     if have and n == 0 and -have > ms then
         return -have - ms -- an exclusive holder waits
     elseif call("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
@@ -33,15 +39,17 @@ return guarded(function()
     need("ZADD", KEYS[1])
     need("PEXPIRE", KEYS[1])
     need("PTTL", KEYS[1])
-    if have and n > 0 and call("ZCARD", KEYS[1]) > n then -- full, with the mark
+    if have and n > 0 and h.count() >= n then -- full
         if h.score(1, ARGV[1]) then
             return "OK" -- a retry of this very call
         end
         need("ZRANGEBYSCORE", KEYS[1])
-        if h.drop(ms) > n then
+        need("ZREM", KEYS[1])
+        if h.drop(ms) >= n then
             return h.first(ms)
         end
     end
-    h.join(ARGV[1], n, have, ms, ARGV[2])
-    return "OK"
+    token = KEYS[3] and mint(3, time)
+    h.join(ARGV[1], n, have, ms, ARGV[2], token)
+    return token and {"OK", token} or "OK"
 end)

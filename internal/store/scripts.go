@@ -24,7 +24,7 @@ type Script struct {
 // The scripts. fence.lua and holders.lua are functions that they share.
 var (
 	Acquire       = newScript(false, "fence.lua", "holders.lua", "acquire.lua")
-	PermitAcquire = newScript(false, "holders.lua", "permit_acquire.lua")
+	PermitAcquire = newScript(false, "fence.lua", "holders.lua", "permit_acquire.lua")
 	Extend        = newScript(false, "holders.lua", "extend.lua")
 	Release       = newScript(false, "record.lua", "holders.lua", "release.lua")
 	TTL           = newScript(true, "holders.lua", "ttl.lua")
