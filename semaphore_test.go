@@ -815,6 +815,12 @@ func TestFencedHolders(t *testing.T) {
 		if admin.ZScore(ctx, "fenced-dead", "#"+id).Err() == nil || next.Token() <= 0 {
 			t.Fatalf("the dropped holder's token stays, or the next has none (%d)", next.Token())
 		}
+		// Found by the third black-box round: Holders failed on a corrupt
+		// counter, which it does not need.
+		must(t, admin.Set(ctx, relatedName("fenced-dead", "fence"), "garbage", 0).Err())
+		if holders, err := next.Holders(ctx); err != nil || len(holders) != 1 || holders[0].Owner != next.Owner() {
+			t.Fatalf("Holders with a corrupt counter = %v, %v", holders, err)
+		}
 		mustRelease(t, next)
 		dead.Release()
 	})

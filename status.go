@@ -114,15 +114,6 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 	default:
 		return Status{}, nil, fmt.Errorf("%w: a %s", ErrWrongType, kind)
 	}
-	if counter != "" {
-		value, isString := strings.CutPrefix(counter, "=")
-		n, ok := store.ParseCounter(value)
-		if !ok || !isString {
-			// The rest of st stands: Break needs it.
-			return st, nil, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
-		}
-		st.Fence = n
-	}
 	var holders []Holder
 	for id, left := range in.Holders {
 		if !strings.HasPrefix(id, "#") && id != store.PermitsMark && id != store.SharedMark {
@@ -130,6 +121,15 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 		}
 	}
 	slices.SortFunc(holders, func(a, b Holder) int { return strings.Compare(a.Owner, b.Owner) })
+	if counter != "" {
+		value, isString := strings.CutPrefix(counter, "=")
+		n, ok := store.ParseCounter(value)
+		if !ok || !isString {
+			// The rest stands: Break and Holders need it.
+			return st, holders, fmt.Errorf("%w: %s holds %.32q", ErrCorruptFencingCounter, relatedName(rl.key, "fence"), value)
+		}
+		st.Fence = n
+	}
 	return st, holders, nil
 }
 
@@ -157,7 +157,7 @@ func (rl *RedisLock) Holders(ctx context.Context) ([]Holder, error) {
 		return nil, err
 	}
 	_, holders, err := rl.inspectAll(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorruptFencingCounter) { // the holders do not need the counter
 		return nil, opErr("inspect", rl.key, err)
 	}
 	return holders, nil
