@@ -734,8 +734,8 @@ func TestFaultRefusals(t *testing.T) {
 // TestDocumentedACLIsEnough: the ACL docs/operating.md gives (every
 // command but the dangerous ones, the lock's keys and related keys, its
 // channels) lets every call through: plain, fair and fenced locks on keys
-// of each form, waiting, Inspect, Break and Watch, with go-redis and
-// go-zero's store.
+// of each form, fenced and fair semaphores, waiting, Inspect, Break and
+// Watch, with go-redis and go-zero's store.
 func TestDocumentedACLIsEnough(t *testing.T) {
 	ctx := context.Background()
 	srv := redisserver.Start(t)
@@ -744,8 +744,9 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	defer c.Close()
 	z := zredis.MustNewRedis(zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: "app", Pass: "pw", DisableIdentity: true})
 	for name, st := range map[string]Scripter{"go-redis": FromGoRedis(c), "go-zero": z} {
-		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}, {WithFencing()}, {WithFairness()}} {
-			key := []string{"app:1", "app:{job}", "app:a}b"}[i/2] // plain, with a hash tag, with a stray '}' (round 20)
+		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}, {WithFencing()}, {WithFairness()},
+			{WithPermits(1), WithFencing()}, {WithPermits(1), WithFairness(), WithFencing()}} { // and a semaphore (issue 28)
+			key := []string{"app:1", "app:{job}", "app:a}b", "app:pool"}[i/2] // plain, with a hash tag, with a stray '}' (round 20)
 			l := NewLocker(st, append(opts, WithPubSub(c))...)
 			holder, waiter := l.NewLock(key), l.NewLock(key)
 			mustAcquire(t, holder)
