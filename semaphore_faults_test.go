@@ -17,8 +17,8 @@ import (
 // a shared lock's scripts after they ran, and the client retries. An
 // attempt that ran holds (also on a semaphore its own permit filled); a
 // release that ran is a release; renewals, re-entries and TTL keep the
-// permit. Then an attempt stalled past its caller's timeout reaches the
-// server after it was given up: it takes nothing.
+// permit. (A permit's attempt that reaches the server after it was given
+// up is case 8b.)
 func TestFaultPermitReplyLost(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
@@ -113,46 +113,11 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			}
 		}
 	}
-	// An attempt stalled past its caller's timeout, given up, that reaches
-	// the server after another holder took and released the last permit.
-	slow := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = slow.Close() })
-	for round := range 3 {
-		key := fmt.Sprintf("late-permit:%d", round)
-		a := NewRedisLock(FromGoRedis(slow), key, WithPermits(1), WithExpiry(5*time.Second))
-		mustAcquire(t, a) // loads the script and pools a connection
-		mustRelease(t, a)
-		px.stallNext.Store(int64(300 * time.Millisecond))
-		stalled := px.stalled.Load()
-		actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		ok, err := a.AcquireCtx(actx)
-		cancel()
-		if ok || err == nil {
-			t.Fatalf("round %d: the stalled attempt = %v, %v; want a timeout", round, ok, err)
-		}
-		b := NewRedisLock(FromGoRedis(admin), key, WithPermits(1))
-		mustAcquire(t, b)
-		mustRelease(t, b)
-		waitFor(t, 10*time.Second, "the stalled call delivered", func() bool { return px.stalled.Load() > stalled })
-		time.Sleep(50 * time.Millisecond) // the server runs it
-		runs++
-		if n := admin.ZCard(ctx, key).Val(); n != 0 {
-			violations++
-			t.Errorf("round %d: the late attempt holds a permit (%d members)", round, n)
-		}
-		c := NewRedisLock(FromGoRedis(admin), key, WithPermits(1))
-		if ok, err := c.Acquire(); !ok || err != nil {
-			violations++
-			t.Errorf("round %d: the next holder is shut out: %v, %v", round, ok, err)
-		} else {
-			mustRelease(t, c)
-		}
-	}
 	recordFault(t, faultRow{
 		Case:      "23. semaphore and shared: reply lost after the script ran",
-		Injection: "the proxy closes the connection instead of forwarding the reply of a permit's or a share's acquire, re-entry, TTL, renewal or release (go-redis and go-zero retry); an attempt held 300 ms past its caller's 50 ms timeout",
-		Promise:   "an attempt that ran holds, even on the permit it filled; a release that ran is a release; renewals keep the permit; a late attempt takes nothing",
-		Runs:      runs, Faults: px.replyDrops.Load() + 3, Violations: violations,
+		Injection: "the proxy closes the connection instead of forwarding the reply of a permit's or a share's acquire, re-entry, TTL, renewal or release (go-redis and go-zero retry)",
+		Promise:   "an attempt that ran holds, even on the permit it filled, with its token; a release that ran is a release; renewals keep the permit",
+		Runs:      runs, Faults: px.replyDrops.Load(), Violations: violations,
 	})
 }
 
@@ -223,19 +188,7 @@ func TestSentinelSemaphoreFailover(t *testing.T) {
 	ctx := context.Background()
 	primary := redisserver.Start(t)
 	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
-	rc := replica.Client(t)
-	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
-		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
-	})
-	sentinel := redisserver.StartSentinel(t, "mymaster", primary.Addr)
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
-	t.Cleanup(func() { _ = sc.Close() })
-	waitFor(t, 30*time.Second, "the sentinel to find the replica", func() bool {
-		replicas, _ := sc.Replicas(ctx, "mymaster").Result()
-		return len(replicas) == 1 && replicas[0]["flags"] == "slave"
-	})
-	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
-	t.Cleanup(func() { _ = fc.Close() })
+	sc, fc := watchedBySentinel(t, primary, replica)
 	sem := func() *RedisLock {
 		return NewRedisLock(FromGoRedis(fc), "jobs", WithPermits(2), WithExpiry(3*time.Second))
 	}
@@ -245,14 +198,7 @@ func TestSentinelSemaphoreFailover(t *testing.T) {
 	if n, err := fc.Wait(ctx, 1, 5000).Result(); err != nil || n < 1 {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
-	if err := sc.Failover(ctx, "mymaster").Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
-	}
-	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
-		addr, _ := sc.GetMasterAddrByName(ctx, "mymaster").Result()
-		return len(addr) == 2 && addr[1] == fmt.Sprint(replica.Port) &&
-			strings.Contains(rc.Info(ctx, "replication").Val(), "role:master")
-	})
+	failOver(t, sc, replica)
 	until := a.Until()
 	waitFor(t, 20*time.Second, "a renewal on the new primary", func() bool { return a.Until().After(until) || isClosed(a.Done()) })
 	var violations int64

@@ -30,24 +30,8 @@ func TestSentinelFailoverCanLoseLockAndFencingRefusesStaleHolder(t *testing.T) {
 	px := startProxy(t, primary.Addr) // the replication link, to stall it
 	_, pxPort, _ := strings.Cut(px.Addr(), ":")
 	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", pxPort)
+	sc, fc := watchedBySentinel(t, primary, replica)
 	rc := replica.Client(t)
-	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
-		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
-	})
-	sentinel := redisserver.StartSentinel(t, "mymaster", primary.Addr)
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
-	t.Cleanup(func() { _ = sc.Close() })
-	waitFor(t, 30*time.Second, "the sentinel to find the replica", func() bool {
-		replicas, _ := sc.Replicas(ctx, "mymaster").Result()
-		for _, r := range replicas {
-			if r["port"] == strconv.Itoa(replica.Port) && r["flags"] == "slave" {
-				return true
-			}
-		}
-		return false
-	})
-	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
-	t.Cleanup(func() { _ = fc.Close() })
 
 	const key = "failover"
 	write := func(token int64) bool {
@@ -80,14 +64,7 @@ func TestSentinelFailoverCanLoseLockAndFencingRefusesStaleHolder(t *testing.T) {
 	}
 
 	// The failover promotes the replica that never saw A's lock.
-	if err := sc.Failover(ctx, "mymaster").Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
-	}
-	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
-		addr, _ := sc.GetMasterAddrByName(ctx, "mymaster").Result()
-		return len(addr) == 2 && addr[1] == strconv.Itoa(replica.Port) &&
-			strings.Contains(rc.Info(ctx, "replication").Val(), "role:master")
-	})
+	failOver(t, sc, replica)
 
 	// B gets the lock on the new primary while A may still believe it holds.
 	b := NewRedisLock(FromGoRedis(fc), key, WithFencing())
@@ -123,4 +100,44 @@ func TestSentinelFailoverCanLoseLockAndFencingRefusesStaleHolder(t *testing.T) {
 	})
 	a.Release()
 	mustRelease(t, b)
+}
+
+// watchedBySentinel waits for replica to be in sync with primary, starts a
+// Sentinel watching them as "mymaster", waits for it to find the replica,
+// and returns a client of the Sentinel and a failover client of the set.
+func watchedBySentinel(t *testing.T, primary, replica *redisserver.Server) (*redis.SentinelClient, *redis.Client) {
+	ctx := context.Background()
+	rc := replica.Client(t)
+	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
+		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	sentinel := redisserver.StartSentinel(t, "mymaster", primary.Addr)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { _ = sc.Close() })
+	waitFor(t, 30*time.Second, "the sentinel to find the replica", func() bool {
+		replicas, _ := sc.Replicas(ctx, "mymaster").Result()
+		for _, r := range replicas {
+			if r["port"] == strconv.Itoa(replica.Port) && r["flags"] == "slave" {
+				return true
+			}
+		}
+		return false
+	})
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { _ = fc.Close() })
+	return sc, fc
+}
+
+// failOver has the Sentinel of sc promote replica, and waits until it has.
+func failOver(t *testing.T, sc *redis.SentinelClient, replica *redisserver.Server) {
+	ctx := context.Background()
+	if err := sc.Failover(ctx, "mymaster").Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	rc := replica.Client(t)
+	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
+		addr, _ := sc.GetMasterAddrByName(ctx, "mymaster").Result()
+		return len(addr) == 2 && addr[1] == strconv.Itoa(replica.Port) &&
+			strings.Contains(rc.Info(ctx, "replication").Val(), "role:master")
+	})
 }
