@@ -49,8 +49,8 @@ func (rl *RedisLock) fairKeys() []string {
 // waiter's score in the queue.
 func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window time.Duration) (token int64, wait time.Duration, seq int64, err error) {
 	args := []any{id, lease.Milliseconds(), window.Milliseconds()}
-	if rl.opts.permits > 0 {
-		args = append(args, rl.opts.permits) // a fair semaphore
+	if rl.opts.permits > 0 || rl.opts.shared {
+		args = append(args, rl.opts.permits) // a fair semaphore; 0: a fair shared lock
 	}
 	reply, err := rl.locker.store.Run(ctx, store.FairAcquire, rl.fairKeys(), args...)
 	if err != nil {

@@ -370,15 +370,15 @@ func scriptCases() []scriptCase {
 		{"release, given up", store.Release, map[string]string{k: "other"}, []string{k, marker, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "GET"}, nil, true, false},
 		{"fair acquire, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
-			[]string{"SISMEMBER", "TIME", "GET", "PTTL", "ZRANGE", "ZADD", "HSET", "PEXPIRE"}, nil, true, false},
+			[]string{"SISMEMBER", "TIME", "GET", "PTTL", "ZRANGE", "ZADD", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE"}, nil, true, false},
 		{"fair acquire, free", store.FairAcquire, nil, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "ZRANGE", "SET", "ZADD", "ZREM", "HSET", "HDEL", "PEXPIRE"}, nil, true, true},
 		{"fair release, handoff", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
-			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
+			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "ZADD", "ZSCORE", "PEXPIRE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
-			[]string{"GET", "TIME", "ZRANGE", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, true},
+			[]string{"GET", "TIME", "ZRANGE", "DEL", "SET", "ZADD", "ZREM", "ZSCORE", "HDEL", "PEXPIRE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, true},
 		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
-			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME"}, nil, true, false},
+			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME", "SET", "DEL", "ZADD", "ZSCORE"}, nil, true, false},
 		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k}, []any{"me"},
 			[]string{"GET", "PTTL"}, nil, false, false},
 		{"inspect", store.Inspect, map[string]string{k: "other"}, []string{k, fence, queue, waiters}, nil,
@@ -398,7 +398,7 @@ func scriptCases() []scriptCase {
 		{"fair acquire, a permit, join", store.FairAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 1},
 			[]string{"SISMEMBER", "TIME", "GET", "ZSCORE", "ZCOUNT", "ZADD", "PTTL", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE", "ZRANGEBYSCORE", "ZRANGE"}, nil, true, false},
 		{"fair release, a permit, handoff", store.FairRelease, map[string]string{k: "zset " + store.PermitsMark + " -1 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
-			[]string{"GET", "ZSCORE", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+			[]string{"GET", "ZSCORE", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL", "ZCOUNT", "ZRANGEBYSCORE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
 			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
 		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},
@@ -415,6 +415,22 @@ func scriptCases() []scriptCase {
 			[]string{"GET", "ZSCORE", "TIME"}, nil, false, false},
 		{"inspect, a semaphore", store.Inspect, map[string]string{k: "zset " + store.PermitsMark + " -2 other"}, []string{k, fence, queue, waiters}, nil,
 			[]string{"TYPE", "TIME", "ZRANGE", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
+		{"fair acquire, a share, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 0},
+			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
+		{"fair acquire, a share, free", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000, 0},
+			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANK", "HSET", "HDEL", "SISMEMBER"}, nil, true, true},
+		{"fair acquire, a share, behind a writer", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 0},
+			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANK", "HGET", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
+		{"fair acquire, exclusive, shares hold", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
+			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
+		{"fair acquire, exclusive, shares lapsed", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 -other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
+			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, true},
+		{"fair release, the last share, handoff", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+			[]string{"GET", "SET", "DEL", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+		{"fair release, a share, others hold", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me other"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+			[]string{"GET", "SET", "DEL", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
+		{"fair release, handoff to a share waiter", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+			[]string{"GET", "SET", "DEL", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
 		{"break, a holder", store.Break, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, broken}, []any{"other", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "ZSCORE", "ZCOUNT", "ZREM", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 	}
@@ -473,7 +489,11 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 		queue, waiters := relatedName("s", "queue"), relatedName("s", "waiters")
 		now := time.Now().UnixMilli()
 		must(t, admin.ZAdd(ctx, queue, redis.Z{Score: 1, Member: "w1"}).Err())
-		must(t, admin.HSet(ctx, waiters, "w1", fmt.Sprintf("%d 5000", now+60000)).Err())
+		wants := "5000"
+		if strings.Contains(c.name, "share waiter") {
+			wants += "s" // w1 waits for a share (fair_acquire.lua)
+		}
+		must(t, admin.HSet(ctx, waiters, "w1", fmt.Sprintf("%d %s", now+60000, wants)).Err())
 		must(t, admin.PExpire(ctx, queue, time.Minute).Err())
 		must(t, admin.PExpire(ctx, waiters, time.Minute).Err())
 		must(t, admin.Set(ctx, relatedName("s", "fence"), "7", 0).Err())
@@ -552,6 +572,7 @@ var denyOOMFirst = map[string]bool{
 	"acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
 	"release, given up": true, "fair acquire, join": true, "fair acquire, free": true,
 	"permit acquire, free": true, "permit acquire, free, fenced": true, "fair acquire, a permit, join": true, "acquire, shared, waiting": true, "acquire, shared, left": true,
+	"fair acquire, exclusive, shares lapsed": true, "fair acquire, a share, join": true, "fair acquire, a share, free": true, "fair acquire, a share, behind a writer": true, "fair acquire, exclusive, shares hold": true,
 }
 
 // refusalRound is one fault-table round of refusals: for each store, n
@@ -745,10 +766,15 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	z := zredis.MustNewRedis(zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: "app", Pass: "pw", DisableIdentity: true})
 	for name, st := range map[string]Scripter{"go-redis": FromGoRedis(c), "go-zero": z} {
 		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}, {WithFencing()}, {WithFairness()},
-			{WithPermits(1), WithFencing()}, {WithPermits(1), WithFairness(), WithFencing()}} { // and a semaphore (issue 28)
-			key := []string{"app:1", "app:{job}", "app:a}b", "app:pool"}[i/2] // plain, with a hash tag, with a stray '}' (round 20)
+			{WithPermits(1), WithFencing()}, {WithPermits(1), WithFairness(), WithFencing()}, // and a semaphore (issue 28),
+			{WithFairness(), WithFencing()}, {WithFairness()}} { // and a fair share behind an exclusive holder
+			key := []string{"app:1", "app:{job}", "app:a}b", "app:pool", "app:rw"}[i/2] // plain, with a hash tag, with a stray '}' (round 20)
 			l := NewLocker(st, append(opts, WithPubSub(c))...)
-			holder, waiter := l.NewLock(key), l.NewLock(key)
+			var shared []Option
+			if key == "app:rw" {
+				shared = []Option{WithShared()}
+			}
+			holder, waiter := l.NewLock(key), l.NewLock(key, shared...)
 			mustAcquire(t, holder)
 			mustAcquire(t, holder) // a re-entry
 			got := make(chan error, 1)

@@ -75,8 +75,10 @@ func (rl *RedisLock) release(ctx context.Context, id string, abandon time.Durati
 	c.Reply, c.Err = rl.locker.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	code, err := rl.locker.releaseResult(c)
 	if code != 0 { // no message tells the waiters without pub/sub, nor any when Redis refused it
-		handoff, _ := c.Reply.(string)
-		rl.locker.wake.Publish(rl.names.channel, strings.TrimPrefix(handoff, "!"), code == 3)
+		handoffs, _ := c.Reply.(string) // a line each
+		for _, m := range strings.Split(strings.TrimPrefix(handoffs, "!"), "\n") {
+			rl.locker.wake.Publish(rl.names.channel, m, code == 3)
+		}
 	}
 	return code != 0, err
 }

@@ -48,8 +48,10 @@ func WithPermits(n int) Option {
 // holders at once, and none while an exclusive holder holds it (a
 // RedisLock without WithShared, go-zero's RedisLock, any SET NX of the
 // key). An exclusive holder that waits for the key in AcquireWait or Do
-// is let in before shares asked for after it. WithFairness is not yet
-// supported with it (errors.ErrUnsupported). See docs/semaphores.md.
+// is let in before shares asked for after it; with WithFairness, the
+// waits of the key's fair locks, shared and exclusive, are served in
+// arrival order, and consecutive waiters for a share are let in together.
+// See docs/semaphores.md.
 func WithShared() Option {
 	return func(o *options) { o.shared = true }
 }
@@ -68,11 +70,8 @@ func (rl *RedisLock) attemptPermit(ctx context.Context, id string, lease time.Du
 
 // permitsErr checks the options of a semaphore or a shared lock.
 func permitsErr(o options) error {
-	switch {
-	case o.permits > 0 && o.shared:
+	if o.permits > 0 && o.shared {
 		return fmt.Errorf("%w: WithPermits(%d) with WithShared", ErrInvalidPermits, o.permits)
-	case o.fair && o.shared:
-		return fmt.Errorf("%w: WithFairness of a shared lock", errors.ErrUnsupported)
 	}
 	return nil
 }

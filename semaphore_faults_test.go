@@ -124,7 +124,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 // TestClusterSemaphoresAndShares: on 3 primaries, semaphores and shared
 // locks on keys of several slots (with a hash tag, and with a stray '}')
 // admit n holders, renew them in the Locker's batches per server, wake a
-// waiter, and are inspected and broken.
+// waiter, and are inspected and broken; a fair release hands shares on.
 func TestClusterSemaphoresAndShares(t *testing.T) {
 	c, _ := startCluster(t)
 	ctx := context.Background()
@@ -174,6 +174,32 @@ func TestClusterSemaphoresAndShares(t *testing.T) {
 		mustRelease(t, r)
 		mustAcquire(t, w)
 		mustRelease(t, w)
+
+		// Fair: an exclusive holder's release hands the key to both
+		// waiters for a share.
+		fw, shares := l.NewLock(key, WithFairness()), []*RedisLock{l.NewLock(key, WithShared(), WithFairness()), l.NewLock(key, WithShared(), WithFairness())}
+		mustAcquire(t, fw)
+		for _, rl := range shares {
+			go func() { got <- rl.AcquireWait(ctx) }()
+		}
+		waitFor(t, 10*time.Second, "two waiters for a share", func() bool {
+			st, err := fw.Inspect(ctx)
+			return err == nil && st.Waiters == 2
+		})
+		mustRelease(t, fw)
+		for range shares {
+			if err := <-got; err != nil {
+				t.Fatalf("%q: a fair share: %v", key, err)
+			}
+		}
+		if st, err := fw.Inspect(ctx); err != nil || !st.Shared || st.Holders != 2 {
+			t.Fatalf("%q: Inspect after the handoff = %+v, %v", key, st, err)
+		}
+		mustRelease(t, shares[0])
+		mustRelease(t, shares[1])
+		if n := c.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("%q outlives its fair shares", key)
+		}
 	}
 	if len(nodes) < 2 {
 		t.Fatalf("all keys on %d node(s): the test did not cross slots", len(nodes))
@@ -286,5 +312,88 @@ func TestFaultPermitHolderProcesses(t *testing.T) {
 		Injection: "SIGSTOP the process holding the only permit until the next holder got it (lease 1 s), then SIGCONT; SIGKILL another",
 		Promise:   "the next holder gets the permit once the dead or stopped holder's lease ends; the resumed holder learns its loss within a renewal interval, and its release leaves the next holder's permit",
 		Runs:      runs, Faults: runs, Violations: violations,
+	})
+}
+
+// TestFaultFairSharedReplyLost: the proxy drops the replies of fair shared
+// locks' scripts after they ran, and the client retries: the attempts
+// that queue two waiters for a share, the exclusive holder's release that
+// hands both their shares, a share's release that leaves the other, and
+// the last share's release that hands the key to an exclusive waiter.
+// Each waiter is queued once and handed the key once, with a token above
+// the one before; each release is a release; nothing is left.
+func TestFaultFairSharedReplyLost(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { _ = c.Close() })
+	var runs, violations int64
+	violate := func(format string, args ...any) {
+		violations++
+		t.Errorf(format, args...)
+	}
+	released := func(key string, rl *RedisLock) {
+		px.dropReplies.Store(1)
+		if ok, err := rl.Release(); !ok || err != nil {
+			violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+		}
+		runs++
+	}
+	drops0 := px.replyDrops.Load()
+	for round := range 3 {
+		key := fmt.Sprintf("fair-shared:lost-reply:%d", round)
+		lock := func(opts ...Option) *RedisLock {
+			return NewRedisLock(FromGoRedis(c), key, append(opts, WithFairness(), WithFencing(), WithExpiry(30*time.Second),
+				WithPubSub(srv.Client(t)))...) // wake-ups past the proxy
+		}
+		x, s1, s2, x2 := lock(), lock(WithShared()), lock(WithShared()), lock()
+		mustAcquire(t, x)
+		got := make(chan error, 3)
+		for i, rl := range []*RedisLock{s1, s2} {
+			px.dropReplies.Store(2) // the first attempt's reply, and the queueing attempt's
+			go func() { got <- rl.AcquireWait(ctx) }()
+			waitQueued(t, admin, key, int64(i+1))
+			waitFor(t, 10*time.Second, "both replies dropped", func() bool { return px.dropReplies.Load() <= 0 })
+			runs += 2
+		}
+		time.Sleep(20 * time.Millisecond) // any retry has run
+		if n := fairQueueLen(t, admin, key); n != 2 {
+			violate("%s: %d entries queued for two waiters", key, n)
+		}
+		released(key, x)
+		for range 2 {
+			if err := <-got; err != nil {
+				violate("%s: a waiter for a share: %v", key, err)
+			}
+		}
+		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 2 || s1.Token() <= x.Token() || s2.Token() <= x.Token() || s1.Token() == s2.Token() {
+			violate("%s: %d shares after the handoff, tokens %d and %d after %d", key, n, s1.Token(), s2.Token(), x.Token())
+		}
+		released(key, s1)
+		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 1 || isClosed(s2.Done()) {
+			violate("%s: %d shares after one of two was released; the other's Err: %v", key, n, s2.Err())
+		}
+		go func() { got <- x2.AcquireWait(ctx) }()
+		waitQueued(t, admin, key, 1)
+		released(key, s2)
+		if err := <-got; err != nil {
+			violate("%s: the exclusive waiter: %v", key, err)
+		}
+		if v := admin.Get(ctx, key).Val(); v != holderID(x2) || x2.Token() <= max(s1.Token(), s2.Token()) {
+			violate("%s: key holds %q after the last share's release, token %d", key, v, x2.Token())
+		}
+		released(key, x2)
+		waitKeysGone(t, admin, key, time.Second)
+		if admin.Exists(ctx, key).Val() != 0 || fairQueueLen(t, admin, key) != 0 {
+			violate("%s: the key or its queue is left after the last release", key)
+		}
+	}
+	recordFault(t, faultRow{
+		Case:      "29. fair shared: reply lost after the script ran",
+		Injection: "the proxy closes the connection instead of forwarding the reply of the attempts that queue two waiters for a share, of the exclusive holder's release that hands both their shares, of a share's release, and of the last share's release that hands the key to an exclusive waiter (go-redis retries)",
+		Promise:   "each waiter is queued once and handed the key once, with a token above the one before; each release is a release, not a loss; nothing is left",
+		Runs:      runs, Faults: px.replyDrops.Load() - drops0, Violations: violations,
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -101,8 +102,7 @@ func TestSemaphoreMistakesChangeNothing(t *testing.T) {
 			{[]Option{WithPermits(0)}, ErrInvalidPermits},
 			{[]Option{WithPermits(-3)}, ErrInvalidPermits},
 			{[]Option{WithPermits(2), WithShared()}, ErrInvalidPermits},
-			{[]Option{WithShared(), WithFairness()}, errors.ErrUnsupported},
-			{[]Option{WithShared(), WithFencing(), WithFairness()}, errors.ErrUnsupported},
+			{[]Option{WithPermits(2), WithShared(), WithFairness()}, ErrInvalidPermits},
 		} {
 			rl := NewRedisLock(s, "bad", tc.opts...)
 			if ok, err := rl.Acquire(); ok || !errors.Is(err, tc.want) {
@@ -848,4 +848,312 @@ func TestFairFencedSemaphoreHandoff(t *testing.T) {
 		t.Fatalf("handed token %d (stored %v, %v) after %d", waiter.Token(), stored, err, holder.Token())
 	}
 	mustRelease(t, waiter)
+}
+
+// TestFairSharedServesInArrivalOrder: with WithFairness, the waiters of a
+// key, shared and exclusive, each on a client of its own, are served in
+// arrival order: a share waits behind an exclusive waiter that came before
+// it (newcomers too, fair or not), and a release hands the key to every
+// waiter for a share up to the next exclusive one at once.
+func TestFairSharedServesInArrivalOrder(t *testing.T) {
+	onServers(t, func(t *testing.T, c, admin *redis.Client) {
+		ctx := context.Background()
+		addr := c.Options().Addr
+		lock := func(opts ...Option) *RedisLock {
+			return NewRedisLock(FromGoRedis(newClient(t, addr)), "rw", append(opts, WithFairness(), WithExpiry(2*time.Second))...)
+		}
+		x0 := lock()
+		mustAcquire(t, x0)
+		var mu sync.Mutex
+		var order []string
+		waiters := map[string]*RedisLock{"s1": lock(WithShared()), "x2": lock(), "s3": lock(WithShared()), "s4": lock(WithShared())}
+		got := make(chan error, len(waiters))
+		for i, name := range []string{"s1", "x2", "s3", "s4"} {
+			go func() {
+				err := waiters[name].AcquireWait(ctx)
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				got <- err
+			}()
+			waitQueued(t, admin, "rw", int64(i+1))
+		}
+		served := func(n int) []string {
+			t.Helper()
+			for range n {
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(order)
+		}
+		mustRelease(t, x0)
+		if o := served(1); !slices.Equal(o, []string{"s1"}) {
+			t.Fatalf("after the exclusive holder's release: %v; want s1 alone", o)
+		}
+		if ok, err := lock(WithShared()).Acquire(); ok || err != nil {
+			t.Fatalf("a fair newcomer's share while x2 waits: %v, %v", ok, err)
+		}
+		if ok, err := NewRedisLock(FromGoRedis(c), "rw", WithShared()).Acquire(); ok || err != nil {
+			t.Fatalf("a share that does not queue, while x2 waits: %v, %v", ok, err)
+		}
+		if st, err := x0.Inspect(ctx); err != nil || !st.Shared || st.Holders != 1 || st.Waiters != 3 {
+			t.Fatalf("Inspect with s1 in = %+v, %v", st, err)
+		}
+		mustRelease(t, waiters["s1"])
+		if o := served(1); !slices.Equal(o, []string{"s1", "x2"}) {
+			t.Fatalf("after s1's release: %v", o)
+		}
+		mustRelease(t, waiters["x2"])
+		// Both shares are handed by the release itself, before either waiter
+		// has heard of it.
+		if st, err := x0.Inspect(ctx); err != nil || !st.Shared || st.Holders != 2 || st.Waiters != 0 {
+			t.Fatalf("Inspect after x2's release = %+v, %v", st, err)
+		}
+		if o := served(2); len(o) != 4 || !slices.Equal(o[:2], []string{"s1", "x2"}) {
+			t.Fatalf("after x2's release: %v", o)
+		}
+		mustRelease(t, waiters["s3"])
+		mustRelease(t, waiters["s4"])
+		if n := admin.Exists(ctx, "rw", relatedName("rw", "queue"), relatedName("rw", "waiters")).Val(); n != 0 {
+			t.Fatalf("%d keys outlive the holders and waiters", n)
+		}
+
+		// A share at the head of the queue takes the key once it is free,
+		// an exclusive waiter behind it. Found by case 28b: the share took
+		// the whole queue for the waiters ahead of it, and waited for the
+		// exclusive one behind it, which waited for the share.
+		mustAcquire(t, x0)
+		for i, name := range []string{"s1", "x2"} {
+			go func() { got <- waiters[name].AcquireWait(ctx) }()
+			waitQueued(t, admin, "rw", int64(i+1))
+		}
+		must(t, admin.Del(ctx, "rw").Err()) // freed without a handoff: the waiters attempt
+		select {
+		case err := <-got:
+			must(t, err)
+		case <-time.After(10 * time.Second): // they attempt within a third of their lease
+			t.Fatal("neither waiter got the free key within 10 s")
+		}
+		if waiters["s1"].Holds() != 1 || waiters["x2"].Holds() != 0 {
+			t.Fatalf("after the key was freed: s1 holds %d, x2 %d", waiters["s1"].Holds(), waiters["x2"].Holds())
+		}
+		mustRelease(t, waiters["s1"])
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, waiters["x2"])
+	})
+}
+
+// rwOp is one step of a shared lock's history: a holder, shared or
+// exclusive, taking the key or giving it back (as permitOp).
+type rwOp struct {
+	Client       int
+	Shared, Take bool
+	Call, Return int64 // ns since the epoch
+}
+
+// rwModel is the sequential specification of a shared lock: -1 while an
+// exclusive holder holds it, else the number of shared holders.
+var rwModel = porcupine.Model{
+	Init: func() any { return 0 },
+	Step: func(state, input, _ any) (bool, any) {
+		held, op := state.(int), input.(rwOp)
+		switch {
+		case op.Take && op.Shared && held >= 0:
+			return true, held + 1
+		case op.Take && !op.Shared && held == 0:
+			return true, -1
+		case !op.Take && op.Shared && held > 0:
+			return true, held - 1
+		case !op.Take && !op.Shared && held == -1:
+			return true, 0
+		}
+		return false, held
+	},
+	DescribeOperation: func(input, _ any) string {
+		op := input.(rwOp)
+		return fmt.Sprintf("client %d shared=%v take=%v", op.Client, op.Shared, op.Take)
+	},
+}
+
+func checkShared(ops []rwOp) porcupine.CheckResult {
+	history := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		history[i] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
+	}
+	return porcupine.CheckOperationsTimeout(rwModel, history, time.Minute)
+}
+
+// The checker passes shares together, and catches a share beside an
+// exclusive holder.
+func TestSharedModelCatchesOverlap(t *testing.T) {
+	ok := []rwOp{{0, true, true, 1, 2}, {1, true, true, 1, 3}, {0, true, false, 4, 5}, {1, true, false, 4, 6}, {2, false, true, 7, 8}, {2, false, false, 9, 10}}
+	if r := checkShared(ok); r != porcupine.Ok {
+		t.Fatalf("two shares, then an exclusive holder: %v", r)
+	}
+	bad := append(slices.Clone(ok[:2]), rwOp{2, false, true, 2, 3}, rwOp{2, false, false, 4, 5}, ok[2], ok[3])
+	if r := checkShared(bad); r != porcupine.Illegal {
+		t.Fatalf("an exclusive holder beside two shares passed: %v", r)
+	}
+}
+
+// TestSharedHistory records every section of 5 shared and 2 exclusive
+// workers of ours, go-zero's RedisLock and a raw SET NX on one key of a
+// real server, with holders of ours that die holding it (never released,
+// never renewed), while the server's scripts are flushed, its clients'
+// connections killed and its writes paused for less than a lease;
+// porcupine checks the history against a shared lock. The same with
+// WithFairness for every lock of ours (case 28b).
+func TestSharedHistory(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { sharedHistory(t, nil, "28. shared and exclusive") })
+	t.Run("fair", func(t *testing.T) { sharedHistory(t, []Option{WithFairness()}, "28b. fair shared and exclusive") })
+}
+
+func sharedHistory(t *testing.T, opts []Option, name string) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	const shares, exclusive, lease = 5, 2, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var ops []rwOp
+	record := func(op rwOp) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+	}
+	now := func() int64 { return time.Now().UnixNano() }
+	var wg sync.WaitGroup
+	var sections [2]atomic.Int64 // shared, exclusive
+	section := func(client int, shared bool, take func() bool, give func() bool, leaseLeft time.Duration) {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			call := now()
+			if !take() {
+				continue
+			}
+			record(rwOp{client, shared, true, call, now()})
+			time.Sleep(time.Millisecond)
+			call = now()
+			ret := now()
+			if !give() { // unanswered, or lost: the server frees it by its lease's end
+				ret = time.Now().Add(leaseLeft).UnixNano()
+			} else {
+				ret = now()
+			}
+			record(rwOp{client, shared, false, call, ret})
+			if shared {
+				sections[0].Add(1)
+			} else {
+				sections[1].Add(1)
+				time.Sleep(250 * time.Millisecond) // else the shares seldom find the key free (writers come first)
+			}
+		}
+	}
+	for w := range shares + exclusive {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		shared := w < shares
+		o := append([]Option{WithExpiry(lease)}, opts...)
+		if shared {
+			o = append(o, WithShared())
+		}
+		rl := NewRedisLock(FromGoRedis(c), "rw-history", o...)
+		wg.Add(1)
+		go section(w, shared, func() bool {
+			if err := rl.AcquireWait(ctx); err != nil {
+				if !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+					time.Sleep(10 * time.Millisecond) // a killed connection: again
+				}
+				return false
+			}
+			return true
+		}, func() bool {
+			_, err := rl.ReleaseCtx(context.Background())
+			return err == nil
+		}, lease)
+	}
+	// go-zero's RedisLock and a raw SET NX, exclusive holders polling.
+	z := goZeroStore(srv.Addr)
+	var zl *zredis.RedisLock
+	const zeroLease = 1500 * time.Millisecond // go-zero adds 500 ms to its expiry
+	wg.Add(2)
+	go section(shares+exclusive, false, func() bool {
+		// A lock of its own each time: go-zero's takes its own key again,
+		// which a release its breaker refused leaves.
+		zl = zredis.NewRedisLock(z, "rw-history")
+		zl.SetExpire(1)
+		ok, _ := zl.AcquireCtx(ctx) // WRONGTYPE while shares hold, which opens its breaker
+		if !ok {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return ok
+	}, func() bool {
+		ok, err := zl.Release()
+		return ok && err == nil
+	}, zeroLease)
+	raw := fmt.Sprint("raw-", rand.Int64())
+	go section(shares+exclusive+1, false, func() bool {
+		ok, err := admin.SetNX(ctx, "rw-history", raw, 300*time.Millisecond).Result()
+		if !ok || err != nil {
+			time.Sleep(time.Millisecond)
+		}
+		return ok && err == nil
+	}, func() bool {
+		n, err := admin.Eval(context.Background(), `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`, []string{"rw-history"}, raw).Int()
+		return n == 1 && err == nil
+	}, 300*time.Millisecond)
+	// Holders of ours that die: taken, never renewed nor released.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := shares + exclusive + 2; ctx.Err() == nil; i++ {
+			o := append([]Option{WithExpiry(300 * time.Millisecond), WithoutWatchdog()}, opts...)
+			if i%2 == 0 {
+				o = append(o, WithShared())
+			}
+			dead := NewRedisLock(FromGoRedis(admin), "rw-history", o...)
+			call := now()
+			if dead.AcquireWait(ctx) == nil {
+				ret := now()
+				record(rwOp{i, i%2 == 0, true, call, ret})
+				record(rwOp{i, i%2 == 0, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		switch i % 3 {
+		case 0:
+			admin.ScriptFlush(context.Background())
+		case 1:
+			admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
+		case 2:
+			admin.Do(context.Background(), "CLIENT", "PAUSE", 100, "WRITE")
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	wg.Wait()
+	t.Logf("%d shared and %d exclusive sections", sections[0].Load(), sections[1].Load())
+	if sections[0].Load() < 30 || sections[1].Load() < 10 {
+		t.Fatal("too few sections of a kind to test anything")
+	}
+	var violations int64
+	if r := checkShared(ops); r != porcupine.Ok {
+		violations = 1
+		t.Errorf("%d operations: %v against a shared lock", len(ops), r)
+	}
+	recordFault(t, faultRow{
+		Case:      name + ": holders die, scripts flushed, connections killed, writes paused",
+		Injection: "5 shared and 2 exclusive workers (own clients), go-zero's RedisLock polling every 10 ms and a raw SET NX every 1 ms, for 4 s; about every 1.3 s a holder that never renews nor releases (lease 300 ms, shared and exclusive in turn); SCRIPT FLUSH, CLIENT KILL and CLIENT PAUSE WRITE 100 ms in turn every 150 ms",
+		Promise:   "no share beside an exclusive holder, no two exclusive holders: porcupine finds a shared lock that explains every take and give-back (an unanswered release counted until its lease's end)",
+		Runs:      sections[0].Load() + sections[1].Load(), Faults: 4000 / 150, Violations: violations,
+	})
 }

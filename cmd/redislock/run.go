@@ -315,7 +315,7 @@ func (r *runner) setCode(code int) {
 
 func unavailableOrUsage(err error) int {
 	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry,
-		redislock.ErrInvalidPermits, errors.ErrUnsupported} {
+		redislock.ErrInvalidPermits} {
 		if errors.Is(err, bad) {
 			return exitUsage
 		}

@@ -4,7 +4,7 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
 -- KEYS[3]  its queue: a sorted set of waiter ids by arrival (server-side)
--- KEYS[4]  its waiters: a hash of waiter id -> "<until> <lease>[f]"
+-- KEYS[4]  its waiters: a hash of waiter id -> "<until> <lease>[f][s]"
 -- KEYS[5]  optional: its fencing counter (as in acquire.lua)
 -- ARGV[1]  the waiter's owner id (random, fresh for every wait)
 -- ARGV[2]  the lease in milliseconds
@@ -13,12 +13,17 @@
 --          every window/3); "0" to make one attempt without joining the
 --          queue
 -- ARGV[4]  optional: KEYS[1] is a semaphore of ARGV[4] permits (see
---          holders.lua), of which the waiter wants one
+--          holders.lua), of which the waiter wants one; "0": a shared
+--          lock, of which the waiter wants a share
 --
 -- A waiter is live until <until>, in ms of the server's clock; <lease> is
--- the lease it wants, and "f" says it is fenced (KEYS[5] given): the
--- release that hands it the lock gives it that lease and, for "f", mints
--- its fencing token (fair_release.lua). The queue's scores are a
+-- the lease it wants, "f" says it is fenced (KEYS[5] given), "s" that it
+-- wants a share: the release that hands it the lock gives it that lease
+-- and, for "f", mints its fencing token (fair_release.lua). A share is
+-- free when no exclusive holder holds the key and no live waiter ahead
+-- wants it exclusive (a writer's mark, see holders.lua, holds off only
+-- the shares that do not queue); an exclusive waiter marks a key that
+-- shares hold, as acquire.lua does, for min(ARGV[3], 1 s). The queue's scores are a
 -- server-side sequence: the server clock in microseconds when a waiter
 -- joins an empty queue, the last score plus one after that. The queue and
 -- the waiters live at least two windows of the latest waiter to join or
@@ -31,7 +36,8 @@
 --        (or this is a retry of a call that took it); its lease is renewed.
 --        Otherwise an array {wait, seq}: wait is the holder's remaining
 --        lease in ms (-1 when the key has no expiry), or when the key is
---        free but a live waiter is ahead, that waiter's remaining liveness;
+--        free but a live waiter is ahead, that waiter's remaining liveness,
+--        or a third of an exclusive waiter's mark when shorter (see above);
 --        seq is this waiter's score in the queue (0 when ARGV[3] is "0").
 --        The integer 0 for an attempt given up (its id is in KEYS[2]).
 --        The error REDISLOCK_CORRUPT_COUNTER as acquire.lua, or a refusal
@@ -49,15 +55,35 @@ return guarded(function()
     end
 
     local owner = get(KEYS[1])
-    local n, h, have = tonumber(ARGV[4]), nil, nil
-    if n then -- a semaphore: ours if we hold a permit, free if one is
+    local n, h, have, wait, mark = tonumber(ARGV[4]), nil, nil, nil, nil
+    if n then -- a semaphore or a shared lock: ours if we hold, free if we may
         h = holders()
         have = h.ours(n)
-        owner = h.score(1, ARGV[1]) and ARGV[1] or have and h.count() >= n and h.drop(now) >= n and 0 or false
+        if h.score(1, ARGV[1]) then
+            owner = ARGV[1]
+        elseif have == false then -- an exclusive holder's
+            wait = call("PTTL", KEYS[1])
+        else
+            owner = n > 0 and have and h.count() >= n and h.drop(now) >= n and 0 or false
+        end
         need("ZADD", KEYS[1])
         need("PTTL", KEYS[1])
-    elseif owner == 0 and holders().mark("redislock:permits") then
-        holders().wrongKind("is a semaphore")
+    elseif owner == 0 then -- no string: a semaphore's key, or a shared lock's?
+        local shares = holders()
+        if shares.mark(shares.PERMITS) then
+            shares.wrongKind("is a semaphore")
+        elseif shares.mark(shares.SHARED) then
+            if call("ZCOUNT", KEYS[1], "(" .. now, "(1e14") == 0 then
+                owner = false -- free: the SET below replaces the sorted set
+            else -- held: no new share that does not queue, once queued (below)
+                wait = shares.first(now)
+                mark = ARGV[3] ~= "0" and math.min(tonumber(ARGV[3]), 1000)
+                if mark then
+                    need("ZADD", KEYS[1])
+                    wait = math.min(wait, math.max(math.floor(mark / 3), 1))
+                end
+            end
+        end
     end
     -- Every write below, asked for before the first.
     need("ZADD", KEYS[3], 1, ARGV[1])
@@ -80,7 +106,6 @@ return guarded(function()
         return KEYS[5] and {"OK", tonumber(get(KEYS[5]))} or "OK"
     end
 
-    local wait
     if owner == false then
         -- Free: ours unless a live waiter is ahead. Lapsed waiters at the head
         -- of the queue are dropped, at most 10 per call.
@@ -97,25 +122,33 @@ return guarded(function()
             call("ZREM", KEYS[3], head)
             call("HDEL", KEYS[4], head)
         end
-        if not wait then
-            local head = call("ZRANGE", KEYS[3], 0, 0)[1]
-            if head and head ~= ARGV[1] then
-                wait = 1 -- more lapsed waiters than one call drops: again soon
-            else
-                local t = KEYS[5] and mint(5, time)
-                if h then
-                    h.join(ARGV[1], n, have, now, ARGV[2], t)
-                else
-                    call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+        local head = call("ZRANGE", KEYS[3], 0, 0)[1]
+        if n == 0 then -- a share: free unless a live waiter ahead wants it exclusive
+            wait = nil
+            local rank = call("ZRANK", KEYS[3], ARGV[1]) -- nil: not queued, all are ahead
+            for _, id in ipairs(rank == 0 and {} or call("ZRANGE", KEYS[3], 0, rank and rank - 1 or -1)) do
+                local live, share = string.match(call("HGET", KEYS[4], id) or "", "^(%d+) %d+f?(s?)$")
+                if not wait and share == "" and tonumber(live) > now then
+                    wait = live - now
                 end
-                if head then
-                    leave()
-                end
-                return t and {"OK", t} or "OK"
             end
+        elseif not wait and head and head ~= ARGV[1] then
+            wait = 1 -- more lapsed waiters than one call drops: again soon
+        end
+        if not wait then
+            local t = KEYS[5] and mint(5, time)
+            if h then
+                h.join(ARGV[1], n, have, now, ARGV[2], t)
+            else
+                call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+            end
+            if head then
+                leave()
+            end
+            return t and {"OK", t} or "OK"
         end
     else -- held by another owner (or not a string), or every permit
-        wait = h and h.first(now) or call("PTTL", KEYS[1])
+        wait = wait or h and h.first(now) or call("PTTL", KEYS[1])
     end
 
     if ARGV[3] == "0" then
@@ -131,10 +164,7 @@ return guarded(function()
     if call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
         seq = tonumber(call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
     end
-    local wants = ARGV[2]
-    if KEYS[5] then
-        wants = wants .. "f" -- a handoff mints this waiter a fencing token
-    end
+    local wants = ARGV[2] .. (KEYS[5] and "f" or "") .. (n == 0 and "s" or "") -- see the header
     local window = tonumber(ARGV[3])
     call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
     for i = 3, 4 do -- a new key gets an expiry; an older one keeps the later
@@ -143,6 +173,9 @@ return guarded(function()
         else
             call("PEXPIRE", KEYS[i], 2 * window)
         end
+    end
+    if mark then -- last: no command follows a write Redis may refuse for memory
+        call("ZADD", KEYS[1], "XX", "LT", -(now + mark), "redislock:shared")
     end
     return {wait, seq}
 end)

@@ -3,7 +3,8 @@
 -- (passing the lock on if it was handed to it meanwhile).
 --
 -- KEYS[1]  the lock key; or a semaphore's (see holders.lua), whose permit
---          ARGV[1] holds is handed on, or left
+--          ARGV[1] holds is handed on, or left; or a shared lock's, of
+--          which ARGV[1] leaves its share
 -- KEYS[2]  the record of its recent releases (see record.lua)
 -- KEYS[3]  its queue of waiters (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
@@ -22,12 +23,16 @@
 -- waiter not fenced; the lease in ms, by which the other waiters know when
 -- the key would expire unreleased). Lapsed waiters before it are dropped,
 -- at most 10 per call; when no live one is found, KEYS[1] is deleted and
--- an empty message is published, as release.lua does.
+-- an empty message is published, as release.lua does. A waiter for a
+-- share ("s", see fair_acquire.lua) is handed one, and so is each live
+-- waiter for a share after it, up to the next exclusive waiter: a message
+-- each. A shared lock is handed on only by the release of its last
+-- holder.
 --
--- Reply: the message published when KEYS[1] held ARGV[1] and was handed
---        on (so that the releaser can tell a waiter of its own process
---        without pub/sub), "!" and the message when Redis refused the
---        PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
+-- Reply: the messages published when KEYS[1] held ARGV[1] and was handed
+--        on, one per line (so that the releaser can tell waiters of its
+--        own process without pub/sub), "!" and the messages when Redis
+--        refused a PUBLISH; 1 when it was deleted, 3 when deleted and the PUBLISH
 --        refused (as release.lua); either way ARGV[1] is recorded in
 --        KEYS[2] as release.lua records it.
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
@@ -39,7 +44,7 @@
 --        A refusal (call.lua): nothing was changed.
 return guarded(function()
     local value = get(KEYS[1])
-    local h = value == 0 and holders() -- a semaphore's key?
+    local h = value == 0 and holders() -- a semaphore's key, or a shared lock's?
     local owned = value == ARGV[1] or h and h.score(1, ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
@@ -50,11 +55,16 @@ return guarded(function()
     need("HDEL", KEYS[4], ARGV[1])
     need("SET", KEYS[1], ARGV[1])
     need("DEL", KEYS[1])
-    if h then -- a permit handed on, or left
+    need("ZADD", KEYS[1]) -- a share handed on, a permit too
+    need("ZSCORE", KEYS[1])
+    need("PEXPIRE", KEYS[1])
+    if h then -- a permit or a share handed on, or left
         need("ZREM", KEYS[1])
-        need("ZADD", KEYS[1])
-        need("PEXPIRE", KEYS[1])
         need("PTTL", KEYS[1])
+        need("ZCOUNT", KEYS[1])
+        need("ZRANGEBYSCORE", KEYS[1])
+        need("ZRANGE", KEYS[3]) -- read after a share left
+        need("HGET", KEYS[4])
     end
     if KEYS[6] then
         need("PEXPIRE", KEYS[6], ARGV[3])
@@ -74,15 +84,28 @@ return guarded(function()
         return retried and 2 or 0
     end
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    local msg = ""
-    for _ = 1, 10 do
+    local shared = h and h.mark(h.SHARED)
+    local held -- by other shares
+    if shared then -- a share leaves; the lock is handed on only once free
+        h.leave(ARGV[1])
+        held = h.drop(now) > 0
+    end
+    local msgs, lapsed = {}, 0
+    while lapsed < 10 and not held do
         local head = call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
         if not head[1] then
             break
         end
-        local live, lease, fenced = string.match(call("HGET", KEYS[4], head[1]) or "", "^(%d+) (%d+)(f?)$")
+        local live, lease, fenced, share = string.match(call("HGET", KEYS[4], head[1]) or "", "^(%d+) (%d+)(f?)(s?)$")
         local token
         if live and tonumber(live) > now and tonumber(lease) > 0 then
+            if #msgs > 0 and share == "" then -- an exclusive waiter after shares handed on: it stays
+                -- first, and new shares that do not queue wait behind it (holders.lua)
+                call("ZADD", KEYS[1], "XX", "LT", -math.min(tonumber(live), now + 1000), "redislock:shared")
+                break
+            elseif share == "s" and h and not shared then
+                break -- a share of a semaphore: it stays first; its own attempt tells it why
+            end
             token = 0
             if fenced == "f" then
                 local minted, t = pcall(mint, 5, time)
@@ -91,10 +114,18 @@ return guarded(function()
                 end
                 token = t
             end
+        else
+            lapsed = lapsed + 1
         end
         call("ZREM", KEYS[3], head[1])
         call("HDEL", KEYS[4], head[1])
-        if token and h then -- our permit passes to the waiter
+        if token and share == "s" then -- a share: the next live waiters that want one follow it
+            if #msgs == 0 and not h then
+                call("DEL", KEYS[1]) -- ours, an exclusive holder's
+            end
+            local shares = holders()
+            shares.join(head[1], 0, shares.mark(shares.SHARED), now, lease, token > 0 and token or nil)
+        elseif token and h and not shared then -- our permit passes to the waiter
             call("ZREM", KEYS[1], ARGV[1], "#" .. ARGV[1])
             call("ZADD", KEYS[1], now + lease, head[1])
             if token > 0 then
@@ -105,19 +136,26 @@ return guarded(function()
             call("SET", KEYS[1], head[1], "PX", lease)
         end
         if token then
-            msg = head[1] .. " " .. head[2] .. " " .. string.format("%.0f", token) .. " " .. lease
-            break
+            msgs[#msgs + 1] = head[1] .. " " .. head[2] .. " " .. string.format("%.0f", token) .. " " .. lease
+            if share == "" then
+                break
+            end
         end
     end
-    if msg == "" and h then
+    if #msgs == 0 and h and not shared then
         h.leave(ARGV[1])
-    elseif msg == "" then
+    elseif #msgs == 0 and not h then
         call("DEL", KEYS[1])
     end
     if not KEYS[6] then -- a give-up's reply is nobody's to retry
         remember(ARGV[1])
     end
-    if type(redis.pcall("PUBLISH", ARGV[2], msg)) == "number" then
+    local heard = true
+    for i = 1, math.max(#msgs, 1) do
+        heard = type(redis.pcall("PUBLISH", ARGV[2], msgs[i] or "")) == "number" and heard
+    end
+    local msg = table.concat(msgs, "\n")
+    if heard then
         return msg == "" and 1 or msg
     end
     return msg == "" and 3 or "!" .. msg

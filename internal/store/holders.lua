@@ -82,9 +82,9 @@ local function holders()
     end
 
     -- first returns how long, from ms, until the first lease of a holder of
-    -- KEYS[1] ends.
+    -- KEYS[1] to end after ms ends.
     local function first(ms)
-        return call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+        return call("ZRANGEBYSCORE", KEYS[1], "(" .. ms, "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
     end
 
     -- join makes id a holder of KEYS[1], of n permits (0: shared), whose

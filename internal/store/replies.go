@@ -83,7 +83,8 @@ func ReleaseCode(c *Call) (int64, error) {
 	}
 	if m, ok := c.Reply.(string); ok && c.Script == FairRelease {
 		unheard, refused := strings.CutPrefix(m, "!")
-		if _, _, handoff := ParseHandoff(unheard); handoff && refused {
+		first, _, _ := strings.Cut(unheard, "\n") // a message per waiter handed a share
+		if _, _, handoff := ParseHandoff(first); handoff && refused {
 			return 3, nil
 		} else if handoff {
 			return 1, nil
