@@ -1157,3 +1157,34 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 		Runs:      sections[0].Load() + sections[1].Load(), Faults: 4000 / 150, Violations: violations,
 	})
 }
+
+// TestFairSharesHandedWithoutPubSub: without pub/sub, the waiters for a
+// share of the releasing Locker learn of their handoffs long before their
+// next attempt (a third of their 30 s lease): the release's reply tells
+// them (a message each), and a waiter handed a share lets the next of its
+// Locker attempt at once.
+func TestFairSharesHandedWithoutPubSub(t *testing.T) {
+	onServers(t, func(t *testing.T, c, admin *redis.Client) {
+		ctx := context.Background()
+		l := NewLocker(FromGoRedis(c), WithPubSub(nil), WithFairness(), WithExpiry(30*time.Second))
+		defer l.Close()
+		x, shares := l.NewLock("quiet"), []*RedisLock{l.NewLock("quiet", WithShared()), l.NewLock("quiet", WithShared())}
+		mustAcquire(t, x)
+		got := make(chan error, len(shares))
+		for i, rl := range shares {
+			go func() { got <- rl.AcquireWait(ctx) }()
+			waitQueued(t, admin, "quiet", int64(i+1))
+		}
+		mustRelease(t, x)
+		for range shares {
+			select {
+			case err := <-got:
+				must(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a waiter for a share did not hear of its handoff")
+			}
+		}
+		mustRelease(t, shares[0])
+		mustRelease(t, shares[1])
+	})
+}

@@ -132,7 +132,8 @@ func TestReplies(t *testing.T) {
 	if _, wait, seq, err := ParseFairAcquire([]any{int64(20), int64(5)}, false); wait != 20*time.Millisecond || seq != 5 || err != nil {
 		t.Errorf("queued: %v %v %v", wait, seq, err)
 	}
-	for reply, want := range map[any]int64{int64(0): 0, int64(1): 1, int64(2): 2, int64(3): 3, "w 5 0 100": 1, "!w 5 0 100": 3} {
+	for reply, want := range map[any]int64{int64(0): 0, int64(1): 1, int64(2): 2, int64(3): 3, "w 5 0 100": 1, "!w 5 0 100": 3,
+		"w 5 0 100\nv 6 0 100": 1, "!w 5 0 100\nv 6 0 100": 3} { // shares handed to two waiters
 		if code, err := ReleaseCode(&Call{Script: FairRelease, Reply: reply}); code != want || err != nil {
 			t.Errorf("release reply %v: %d, %v; want %d", reply, code, err, want)
 		}
