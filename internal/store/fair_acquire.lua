@@ -128,8 +128,9 @@ return guarded(function()
             local rank = call("ZRANK", KEYS[3], ARGV[1]) -- nil: not queued, all are ahead
             for _, id in ipairs(rank == 0 and {} or call("ZRANGE", KEYS[3], 0, rank and rank - 1 or -1)) do
                 local live, share = string.match(call("HGET", KEYS[4], id) or "", "^(%d+) %d+f?(s?)$")
-                if not wait and share == "" and tonumber(live) > now then
+                if share == "" and tonumber(live) > now then
                     wait = live - now
+                    break
                 end
             end
         elseif not wait and head and head ~= ARGV[1] then
