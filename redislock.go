@@ -174,8 +174,9 @@ func (rl *RedisLock) Acquire() (bool, error) {
 
 // AcquireCtx makes one attempt to take the lock, within ctx: true, nil
 // when it took the lock or re-entered it; false, nil when another owner
-// holds it (a key of another type counts as held, a semaphore's is
-// ErrWrongKind); false and an error otherwise (ErrRefused when Redis
+// holds it (a key of another type counts as held; for a semaphore or a
+// shared lock, and for a lock on a semaphore's key, it is ErrWrongKind);
+// false and an error otherwise (ErrRefused when Redis
 // refused a command it needed; an ended ctx sends nothing). ctx is the holding context of a first acquisition:
 // when it ends, renewal stops and the lock lasts out its lease (Done closes
 // then, Err says why). A first acquisition whose reply came after its lease

@@ -378,7 +378,7 @@ func scriptCases() []scriptCase {
 		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
 			[]string{"GET", "TIME", "ZRANGE", "DEL", "SET", "ZADD", "ZREM", "ZSCORE", "HDEL", "PEXPIRE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, true},
 		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
-			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME", "SET", "DEL", "ZADD", "ZSCORE"}, nil, true, false},
+			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME", "SET", "DEL", "ZADD", "ZSCORE", "HGET"}, []string{"HGET"}, true, false},
 		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k}, []any{"me"},
 			[]string{"GET", "PTTL"}, nil, false, false},
 		{"inspect", store.Inspect, map[string]string{k: "other"}, []string{k, fence, queue, waiters}, nil,

@@ -16,8 +16,10 @@ import (
 // scripts, which tell the kinds apart by the key's type.
 
 // ErrWrongKind reports that a key is used as another kind of lock than the
-// call's: a semaphore and a lock, a semaphore and a shared lock, or
-// semaphores of different numbers of permits. Nothing was changed in Redis.
+// call's: a semaphore and a lock, a semaphore and a shared lock,
+// semaphores of different numbers of permits, or, for a semaphore or a
+// shared lock, a key of another type that someone else wrote. Nothing was
+// changed in Redis.
 var ErrWrongKind = store.ErrWrongKind
 
 // MaxPermits is the most permits a semaphore can have.

@@ -26,7 +26,9 @@ var ErrNotAcquired = errors.New("redislock: not acquired")
 // docs/waiting.md. Giving up returns an error matching ErrNotAcquired and
 // ctx.Err() (context.DeadlineExceeded for the wait timeout); a hold of
 // this RedisLock that ended and is not released returns its reason at
-// once; a Redis error (ErrRefused, say) is returned as it is.
+// once; a Redis error (ErrRefused, say) is returned as it is; and, as for
+// AcquireCtx, a lock taken or handed over after its lease ran out by our
+// own accounting (a server paused past the lease) returns ErrLockLost.
 func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err

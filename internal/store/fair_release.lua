@@ -36,7 +36,10 @@
 --        refused (as release.lua); either way ARGV[1] is recorded in
 --        KEYS[2] as release.lua records it.
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
---        does not hold ARGV[1] and ARGV[1] was not released: a loss. When
+--        does not hold ARGV[1] and ARGV[1] was not released: a loss (or,
+--        with KEYS[6], a waiter that leaves; one that waited exclusive for
+--        a key not held exclusive publishes an empty message, so that the
+--        waiters for a share behind it attempt). When
 --        no token can be minted for the first live waiter, fenced (KEYS[5]
 --        is not a number, or Redis refused a command of it), the lock is
 --        deleted and the release published, not handed on: that waiter
@@ -49,6 +52,7 @@ return guarded(function()
     local retried = not owned and released(ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
     local ttl = KEYS[6] and call("PTTL", KEYS[6])
+    local leaving = KEYS[6] and not owned and redis.pcall("HGET", KEYS[4], ARGV[1]) -- its place in the queue
     -- Every write below, asked for before the first; the first may still
     -- be refused for the server's state, and then nothing was written.
     need("ZREM", KEYS[3], ARGV[1])
@@ -81,6 +85,9 @@ return guarded(function()
         end
     end
     if not owned then
+        if type(leaving) == "string" and not string.find(leaving, "s$") and (value == false or h) then
+            redis.pcall("PUBLISH", ARGV[2], "") -- an exclusive waiter left: shares behind it may go in
+        end
         return retried and 2 or 0
     end
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
