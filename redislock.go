@@ -176,10 +176,10 @@ func (rl *RedisLock) Acquire() (bool, error) {
 // when it took the lock or re-entered it; false, nil when another owner
 // holds it (a key of another type counts as held; for a semaphore or a
 // shared lock, and for a lock on a semaphore's key, it is ErrWrongKind);
-// false and an error otherwise (ErrRefused when Redis
-// refused a command it needed; an ended ctx sends nothing). ctx is the holding context of a first acquisition:
-// when it ends, renewal stops and the lock lasts out its lease (Done closes
-// then, Err says why). A first acquisition whose reply came after its lease
+// false and an error otherwise (ErrRefused when Redis refused a command
+// it needed; an ended ctx sends nothing). ctx is the holding context of a
+// first acquisition: when it ends, renewal stops and the lock lasts out
+// its lease (Done closes then, Err says why). A first acquisition whose reply came after its lease
 // ran out by our own accounting, or a re-entry that finds the key gone,
 // ends the hold with ErrLockLost. See docs/semantics.md.
 func (rl *RedisLock) AcquireCtx(ctx context.Context) (bool, error) {
