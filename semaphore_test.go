@@ -471,6 +471,23 @@ func TestSemaphoreHistory(t *testing.T) {
 	t.Run("fair", func(t *testing.T) { semaphoreHistory(t, []Option{WithFairness()}, "24b. fair semaphore") })
 }
 
+// serverFaults flushes the server's scripts, kills its clients'
+// connections and pauses its writes for 100 ms, in turn every 150 ms,
+// until ctx ends.
+func serverFaults(ctx context.Context, admin *redis.Client) {
+	for i := 0; ctx.Err() == nil; i++ {
+		switch i % 3 {
+		case 0:
+			admin.ScriptFlush(context.Background())
+		case 1:
+			admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
+		case 2:
+			admin.Do(context.Background(), "CLIENT", "PAUSE", 100, "WRITE")
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+}
+
 func semaphoreHistory(t *testing.T, opts []Option, name string) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
@@ -533,17 +550,7 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 			}
 		}
 	}()
-	for i := 0; ctx.Err() == nil; i++ {
-		switch i % 3 {
-		case 0:
-			admin.ScriptFlush(context.Background())
-		case 1:
-			admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
-		case 2:
-			admin.Do(context.Background(), "CLIENT", "PAUSE", 100, "WRITE")
-		}
-		time.Sleep(150 * time.Millisecond)
-	}
+	serverFaults(ctx, admin)
 	wg.Wait()
 	if sections.Load() < 100 {
 		t.Fatalf("only %d sections", sections.Load())
@@ -1129,17 +1136,7 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 			}
 		}
 	}()
-	for i := 0; ctx.Err() == nil; i++ {
-		switch i % 3 {
-		case 0:
-			admin.ScriptFlush(context.Background())
-		case 1:
-			admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes")
-		case 2:
-			admin.Do(context.Background(), "CLIENT", "PAUSE", 100, "WRITE")
-		}
-		time.Sleep(150 * time.Millisecond)
-	}
+	serverFaults(ctx, admin)
 	wg.Wait()
 	t.Logf("%d shared and %d exclusive sections", sections[0].Load(), sections[1].Load())
 	if sections[0].Load() < 30 || sections[1].Load() < 10 {
