@@ -628,11 +628,7 @@ func TestFaultFairReplyLost(t *testing.T) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
 	t.Cleanup(func() { _ = c.Close() })
-	var runs, violations int64
-	violate := func(format string, args ...any) {
-		violations++
-		t.Errorf(format, args...)
-	}
+	fc := &faultCount{t: t}
 	drops0 := px.replyDrops.Load()
 	for round := range 5 {
 		key := fmt.Sprintf("fair:lost-reply:%d", round)
@@ -641,45 +637,45 @@ func TestFaultFairReplyLost(t *testing.T) {
 			WithPubSub(srv.Client(t))) // wake-ups past the proxy
 		px.dropReplies.Store(1)
 		if ok, err := holder.Acquire(); !ok || err != nil {
-			violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
+			fc.violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
 		}
-		runs++
+		fc.runs++
 		if v := admin.Get(ctx, key).Val(); v != holderID(holder) {
-			violate("%s: key holds %q, not the holder's id", key, v)
+			fc.violate("%s: key holds %q, not the holder's id", key, v)
 		}
 		px.dropReplies.Store(2) // the first attempt's reply, and the queueing attempt's
 		got := make(chan error, 1)
 		go func() { got <- waiter.AcquireWait(ctx) }()
 		waitQueued(t, admin, key, 1)
 		waitFor(t, 10*time.Second, "both replies dropped", func() bool { return px.dropReplies.Load() <= 0 })
-		runs += 2
+		fc.runs += 2
 		time.Sleep(20 * time.Millisecond) // any retry has run
 		if n := fairQueueLen(t, admin, key); n != 1 {
-			violate("%s: %d entries queued for one waiter", key, n)
+			fc.violate("%s: %d entries queued for one waiter", key, n)
 		}
 		px.dropReplies.Store(1)
 		if ok, err := holder.Release(); !ok || err != nil {
-			violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+			fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 		}
-		runs++
+		fc.runs++
 		if err := <-got; err != nil {
-			violate("%s: the waiter: %v", key, err)
+			fc.violate("%s: the waiter: %v", key, err)
 		}
 		if v := admin.Get(ctx, key).Val(); v != holderID(waiter) || waiter.Token() <= holder.Token() {
-			violate("%s: key holds %q after the handoff, token %d after %d", key, v, waiter.Token(), holder.Token())
+			fc.violate("%s: key holds %q after the handoff, token %d after %d", key, v, waiter.Token(), holder.Token())
 		}
 		if ok, err := waiter.Release(); !ok || err != nil {
-			violate("%s: the waiter's release = %v, %v", key, ok, err)
+			fc.violate("%s: the waiter's release = %v, %v", key, ok, err)
 		}
 		waitKeysGone(t, admin, key, time.Second)
 		if admin.Exists(ctx, key).Val() != 0 {
-			violate("%s: the key is left after the last release", key)
+			fc.violate("%s: the key is left after the last release", key)
 		}
 	}
 	recordFault(t, faultRow{
 		Case:      "17. fair: reply lost after the script ran",
 		Injection: "the proxy closes the connection instead of forwarding the reply of a fair acquisition, of a waiter's attempts that queue it, or of the release that hands the lock on; go-redis retries",
 		Promise:   "the acquisition has the lock; the waiter is queued once and handed the lock once; the release is a release, not a loss; nothing is left",
-		Runs:      runs, Faults: px.replyDrops.Load() - drops0, Violations: violations,
+		Runs:      fc.runs, Faults: px.replyDrops.Load() - drops0, Violations: fc.violations,
 	})
 }

@@ -51,6 +51,19 @@ func recordFault(t *testing.T, row faultRow) {
 	}
 }
 
+// faultCount counts the runs of a fault case and its violations, each
+// reported by violate.
+type faultCount struct {
+	t                *testing.T
+	runs, violations int64
+}
+
+func (fc *faultCount) violate(format string, args ...any) {
+	fc.t.Helper()
+	fc.violations++
+	fc.t.Errorf(format, args...)
+}
+
 func printFaultReport(w io.Writer) {
 	faultReport.Lock()
 	defer faultReport.Unlock()
@@ -630,12 +643,8 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 		},
 		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
 	}
-	var runs, violations int64
 	ctx := context.Background()
-	violate := func(format string, args ...any) {
-		violations++
-		t.Errorf(format, args...)
-	}
+	fc := &faultCount{t: t}
 	for name, newStore := range stores {
 		store := newStore()
 		for round := range 5 {
@@ -652,40 +661,40 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 				px.dropReplies.Store(1)
 				call()
 				px.dropReplies.Store(0)
-				runs++
+				fc.runs++
 				if px.replyDrops.Load() == before {
 					t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
 				}
 			}
 			dropped("acquire", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
-					violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			if v := admin.Get(ctx, key).Val(); v != holderID(rl) {
-				violate("%s: key holds %q, not our id", key, v)
+				fc.violate("%s: key holds %q, not our id", key, v)
 			}
 			if counter := admin.Get(ctx, relatedName(key, "fence")).Val(); counter != strconv.FormatInt(rl.Token(), 10) {
-				violate("%s: token %d, counter %s", key, rl.Token(), counter)
+				fc.violate("%s: token %d, counter %s", key, rl.Token(), counter)
 			}
 			dropped("re-entry", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
-					violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			dropped("ttl", func() {
 				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
-					violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
+					fc.violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
 				}
 			})
 			mustRelease(t, rl) // the inner one: no round trip
 			dropped("release", func() {
 				if ok, err := rl.Release(); !ok || err != nil {
-					violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			if admin.Exists(ctx, key).Val() != 0 || rl.Err() != nil {
-				violate("%s: after release, key exists %d, Err %v", key, admin.Exists(ctx, key).Val(), rl.Err())
+				fc.violate("%s: after release, key exists %d, Err %v", key, admin.Exists(ctx, key).Val(), rl.Err())
 			}
 
 			// A lease long enough for the client's reconnect and retry under
@@ -702,10 +711,10 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 				})
 			})
 			if isClosed(renewed.Done()) || admin.Get(ctx, key+":renewed").Val() != holderID(renewed) {
-				violate("%s: renewal after a lost reply lost the lock: %v", key, renewed.Err())
+				fc.violate("%s: renewal after a lost reply lost the lock: %v", key, renewed.Err())
 			}
 			if ok, err := renewed.Release(); !ok || err != nil {
-				violate("%s: release of the renewed lock = %v, %v", key, ok, err)
+				fc.violate("%s: release of the renewed lock = %v, %v", key, ok, err)
 			}
 		}
 	}
@@ -713,7 +722,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 		Case:      "8. reply lost after the script ran",
 		Injection: "the proxy closes the connection instead of forwarding the reply of an acquire, re-entry, TTL, release or renewal; go-redis and go-zero retry (MaxRetries 3)",
 		Promise:   "an acquisition that ran has the lock, with its token; a release that ran is a release, not a loss; renewals and re-entries keep the lock",
-		Runs:      runs, Faults: px.replyDrops.Load(), Violations: violations,
+		Runs:      fc.runs, Faults: px.replyDrops.Load(), Violations: fc.violations,
 	})
 }
 

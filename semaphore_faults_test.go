@@ -32,17 +32,13 @@ func TestFaultPermitReplyLost(t *testing.T) {
 		},
 		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
 	}
-	var runs, violations int64
-	violate := func(format string, args ...any) {
-		violations++
-		t.Errorf(format, args...)
-	}
+	fc := &faultCount{t: t}
 	dropped := func(what string, call func()) {
 		before := px.replyDrops.Load()
 		px.dropReplies.Store(1)
 		call()
 		px.dropReplies.Store(0)
-		runs++
+		fc.runs++
 		if px.replyDrops.Load() == before {
 			t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
 		}
@@ -69,23 +65,23 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			rl := NewRedisLock(store, key, append(kind.opts, WithExpiry(1500*time.Millisecond))...)
 			dropped(key+" acquire", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
-					violate("%s: Acquire after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: Acquire after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			if !holds(key, rl) {
-				violate("%s: not a holder after its acquisition", key)
+				fc.violate("%s: not a holder after its acquisition", key)
 			}
 			if token, err := admin.ZScore(ctx, key, "#"+rl.Owner()).Result(); rl.Token() != 0 && (err != nil || int64(token) != rl.Token()) {
-				violate("%s: token %d, kept %v (%v)", key, rl.Token(), token, err)
+				fc.violate("%s: token %d, kept %v (%v)", key, rl.Token(), token, err)
 			}
 			dropped(key+" re-entry", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
-					violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			dropped(key+" ttl", func() {
 				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
-					violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
+					fc.violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
 				}
 			})
 			dropped(key+" renewal", func() {
@@ -94,21 +90,21 @@ func TestFaultPermitReplyLost(t *testing.T) {
 				waitFor(t, 10*time.Second, "a renewal after it", func() bool { return rl.Until().After(until) || isClosed(rl.Done()) })
 			})
 			if isClosed(rl.Done()) || !holds(key, rl) {
-				violate("%s: a renewal after a lost reply lost the permit: %v", key, rl.Err())
+				fc.violate("%s: a renewal after a lost reply lost the permit: %v", key, rl.Err())
 			}
 			mustRelease(t, rl) // the re-entry: no round trip
 			dropped(key+" release", func() {
 				if ok, err := rl.Release(); !ok || err != nil {
-					violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+					fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 				}
 			})
 			if holds(key, rl) || rl.Err() != nil {
-				violate("%s: after its release, still a holder %v, Err %v", key, holds(key, rl), rl.Err())
+				fc.violate("%s: after its release, still a holder %v, Err %v", key, holds(key, rl), rl.Err())
 			}
 			if !strings.HasPrefix(kind.name, "1 permit") {
 				mustRelease(t, other)
 				if admin.Exists(ctx, key).Val() != 0 {
-					violate("%s: the key outlives its last holder", key)
+					fc.violate("%s: the key outlives its last holder", key)
 				}
 			}
 		}
@@ -117,7 +113,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 		Case:      "23. semaphore and shared: reply lost after the script ran",
 		Injection: "the proxy closes the connection instead of forwarding the reply of a permit's or a share's acquire, re-entry, TTL, renewal or release (go-redis and go-zero retry)",
 		Promise:   "an attempt that ran holds, even on the permit it filled, with its token; a release that ran is a release; renewals keep the permit",
-		Runs:      runs, Faults: px.replyDrops.Load(), Violations: violations,
+		Runs:      fc.runs, Faults: px.replyDrops.Load(), Violations: fc.violations,
 	})
 }
 
@@ -329,17 +325,13 @@ func TestFaultFairSharedReplyLost(t *testing.T) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
 	t.Cleanup(func() { _ = c.Close() })
-	var runs, violations int64
-	violate := func(format string, args ...any) {
-		violations++
-		t.Errorf(format, args...)
-	}
+	fc := &faultCount{t: t}
 	released := func(key string, rl *RedisLock) {
 		px.dropReplies.Store(1)
 		if ok, err := rl.Release(); !ok || err != nil {
-			violate("%s: Release after a lost reply = %v, %v", key, ok, err)
+			fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 		}
-		runs++
+		fc.runs++
 	}
 	drops0 := px.replyDrops.Load()
 	for round := range 3 {
@@ -356,44 +348,44 @@ func TestFaultFairSharedReplyLost(t *testing.T) {
 			go func() { got <- rl.AcquireWait(ctx) }()
 			waitQueued(t, admin, key, int64(i+1))
 			waitFor(t, 10*time.Second, "both replies dropped", func() bool { return px.dropReplies.Load() <= 0 })
-			runs += 2
+			fc.runs += 2
 		}
 		time.Sleep(20 * time.Millisecond) // any retry has run
 		if n := fairQueueLen(t, admin, key); n != 2 {
-			violate("%s: %d entries queued for two waiters", key, n)
+			fc.violate("%s: %d entries queued for two waiters", key, n)
 		}
 		released(key, x)
 		for range 2 {
 			if err := <-got; err != nil {
-				violate("%s: a waiter for a share: %v", key, err)
+				fc.violate("%s: a waiter for a share: %v", key, err)
 			}
 		}
 		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 2 || s1.Token() <= x.Token() || s2.Token() <= x.Token() || s1.Token() == s2.Token() {
-			violate("%s: %d shares after the handoff, tokens %d and %d after %d", key, n, s1.Token(), s2.Token(), x.Token())
+			fc.violate("%s: %d shares after the handoff, tokens %d and %d after %d", key, n, s1.Token(), s2.Token(), x.Token())
 		}
 		released(key, s1)
 		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 1 || isClosed(s2.Done()) {
-			violate("%s: %d shares after one of two was released; the other's Err: %v", key, n, s2.Err())
+			fc.violate("%s: %d shares after one of two was released; the other's Err: %v", key, n, s2.Err())
 		}
 		go func() { got <- x2.AcquireWait(ctx) }()
 		waitQueued(t, admin, key, 1)
 		released(key, s2)
 		if err := <-got; err != nil {
-			violate("%s: the exclusive waiter: %v", key, err)
+			fc.violate("%s: the exclusive waiter: %v", key, err)
 		}
 		if v := admin.Get(ctx, key).Val(); v != holderID(x2) || x2.Token() <= max(s1.Token(), s2.Token()) {
-			violate("%s: key holds %q after the last share's release, token %d", key, v, x2.Token())
+			fc.violate("%s: key holds %q after the last share's release, token %d", key, v, x2.Token())
 		}
 		released(key, x2)
 		waitKeysGone(t, admin, key, time.Second)
 		if admin.Exists(ctx, key).Val() != 0 || fairQueueLen(t, admin, key) != 0 {
-			violate("%s: the key or its queue is left after the last release", key)
+			fc.violate("%s: the key or its queue is left after the last release", key)
 		}
 	}
 	recordFault(t, faultRow{
 		Case:      "29. fair shared: reply lost after the script ran",
 		Injection: "the proxy closes the connection instead of forwarding the reply of the attempts that queue two waiters for a share, of the exclusive holder's release that hands both their shares, of a share's release, and of the last share's release that hands the key to an exclusive waiter (go-redis retries)",
 		Promise:   "each waiter is queued once and handed the key once, with a token above the one before; each release is a release, not a loss; nothing is left",
-		Runs:      runs, Faults: px.replyDrops.Load() - drops0, Violations: violations,
+		Runs:      fc.runs, Faults: px.replyDrops.Load() - drops0, Violations: fc.violations,
 	})
 }
