@@ -407,53 +407,60 @@ func TestSemaphoreHolderLossAndCrash(t *testing.T) {
 	})
 }
 
-// permitOp is one step of a semaphore's history: a client taking a permit
-// (between the call and the return of its acquisition) or giving it back
-// (between the call and the return of its release; for a holder that
-// died, between its acquisition and the end of its lease).
-type permitOp struct {
+// holdOp is one step of the history of a semaphore's or a shared lock's
+// key: a client taking a permit, a share, or the key exclusive (between
+// the call and the return of its acquisition), or giving it back (between
+// the call and the return of its release; for a holder that died, between
+// its acquisition and the end of its lease).
+type holdOp struct {
 	Client       int
-	Take         bool
+	Shared, Take bool  // Shared: a permit or a share
 	Call, Return int64 // ns since the epoch
 }
 
-// semaphoreModel is the sequential specification of a semaphore of n
-// permits: a take succeeds only while fewer than n are held.
-func semaphoreModel(n int) porcupine.Model {
+// holdersModel is the sequential specification of a semaphore of n
+// permits (n > 0: every op is Shared), or of a shared lock (n == 0): the
+// state is the number of shared holders, -1 while an exclusive one holds.
+func holdersModel(n int) porcupine.Model {
 	return porcupine.Model{
 		Init: func() any { return 0 },
 		Step: func(state, input, _ any) (bool, any) {
-			held, op := state.(int), input.(permitOp)
+			held, op := state.(int), input.(holdOp)
 			switch {
-			case op.Take && held < n:
+			case op.Take && op.Shared && held >= 0 && (n == 0 || held < n):
 				return true, held + 1
-			case !op.Take && held > 0:
+			case op.Take && !op.Shared && held == 0:
+				return true, -1
+			case !op.Take && op.Shared && held > 0:
 				return true, held - 1
+			case !op.Take && !op.Shared && held == -1:
+				return true, 0
 			}
 			return false, held
 		},
 		DescribeOperation: func(input, _ any) string {
-			op := input.(permitOp)
-			return fmt.Sprintf("client %d take=%v", op.Client, op.Take)
+			op := input.(holdOp)
+			return fmt.Sprintf("client %d shared=%v take=%v", op.Client, op.Shared, op.Take)
 		},
 	}
 }
 
-func checkPermits(n int, ops []permitOp) porcupine.CheckResult {
+// checkHolders checks ops against holdersModel(n).
+func checkHolders(n int, ops []holdOp) porcupine.CheckResult {
 	history := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
 		history[i] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
 	}
-	return porcupine.CheckOperationsTimeout(semaphoreModel(n), history, time.Minute)
+	return porcupine.CheckOperationsTimeout(holdersModel(n), history, time.Minute)
 }
 
 // The checker passes holders that never exceed n, and catches n+1.
 func TestSemaphoreModelCatchesOverAdmission(t *testing.T) {
-	ok := []permitOp{{0, true, 1, 2}, {1, true, 1, 3}, {0, false, 4, 5}, {2, true, 4, 6}, {1, false, 7, 8}, {2, false, 7, 9}}
-	if r := checkPermits(2, ok); r != porcupine.Ok {
+	ok := []holdOp{{0, true, true, 1, 2}, {1, true, true, 1, 3}, {0, true, false, 4, 5}, {2, true, true, 4, 6}, {1, true, false, 7, 8}, {2, true, false, 7, 9}}
+	if r := checkHolders(2, ok); r != porcupine.Ok {
 		t.Fatalf("two holders of two permits: %v", r)
 	}
-	if r := checkPermits(1, ok); r != porcupine.Illegal {
+	if r := checkHolders(1, ok); r != porcupine.Illegal {
 		t.Fatalf("two holders of one permit passed: %v", r)
 	}
 }
@@ -495,8 +502,8 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	var mu sync.Mutex
-	var ops []permitOp
-	record := func(op permitOp) {
+	var ops []holdOp
+	record := func(op holdOp) {
 		mu.Lock()
 		ops = append(ops, op)
 		mu.Unlock()
@@ -518,7 +525,7 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 					}
 					continue
 				}
-				record(permitOp{w, true, call, time.Now().UnixNano()})
+				record(holdOp{w, true, true, call, time.Now().UnixNano()})
 				time.Sleep(time.Millisecond)
 				call = time.Now().UnixNano()
 				_, err := rl.ReleaseCtx(context.Background())
@@ -527,7 +534,7 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 					lost.Add(1)
 					ret = time.Now().Add(lease).UnixNano()
 				}
-				record(permitOp{w, false, call, ret})
+				record(holdOp{w, true, false, call, ret})
 				sections.Add(1)
 			}
 		}()
@@ -541,8 +548,8 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 			call := time.Now().UnixNano()
 			if dead.AcquireWait(ctx) == nil {
 				ret := time.Now().UnixNano()
-				record(permitOp{i, true, call, ret})
-				record(permitOp{i, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
+				record(holdOp{i, true, true, call, ret})
+				record(holdOp{i, true, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
 			}
 			select {
 			case <-ctx.Done():
@@ -556,7 +563,7 @@ func semaphoreHistory(t *testing.T, opts []Option, name string) {
 		t.Fatalf("only %d sections", sections.Load())
 	}
 	var violations int64
-	if r := checkPermits(n, ops); r != porcupine.Ok {
+	if r := checkHolders(n, ops); r != porcupine.Ok {
 		violations = 1
 		t.Errorf("%d operations: %v against a semaphore of %d", len(ops), r, n)
 	}
@@ -955,55 +962,15 @@ func TestFairSharedServesInArrivalOrder(t *testing.T) {
 	})
 }
 
-// rwOp is one step of a shared lock's history: a holder, shared or
-// exclusive, taking the key or giving it back (as permitOp).
-type rwOp struct {
-	Client       int
-	Shared, Take bool
-	Call, Return int64 // ns since the epoch
-}
-
-// rwModel is the sequential specification of a shared lock: -1 while an
-// exclusive holder holds it, else the number of shared holders.
-var rwModel = porcupine.Model{
-	Init: func() any { return 0 },
-	Step: func(state, input, _ any) (bool, any) {
-		held, op := state.(int), input.(rwOp)
-		switch {
-		case op.Take && op.Shared && held >= 0:
-			return true, held + 1
-		case op.Take && !op.Shared && held == 0:
-			return true, -1
-		case !op.Take && op.Shared && held > 0:
-			return true, held - 1
-		case !op.Take && !op.Shared && held == -1:
-			return true, 0
-		}
-		return false, held
-	},
-	DescribeOperation: func(input, _ any) string {
-		op := input.(rwOp)
-		return fmt.Sprintf("client %d shared=%v take=%v", op.Client, op.Shared, op.Take)
-	},
-}
-
-func checkShared(ops []rwOp) porcupine.CheckResult {
-	history := make([]porcupine.Operation, len(ops))
-	for i, op := range ops {
-		history[i] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
-	}
-	return porcupine.CheckOperationsTimeout(rwModel, history, time.Minute)
-}
-
 // The checker passes shares together, and catches a share beside an
 // exclusive holder.
 func TestSharedModelCatchesOverlap(t *testing.T) {
-	ok := []rwOp{{0, true, true, 1, 2}, {1, true, true, 1, 3}, {0, true, false, 4, 5}, {1, true, false, 4, 6}, {2, false, true, 7, 8}, {2, false, false, 9, 10}}
-	if r := checkShared(ok); r != porcupine.Ok {
+	ok := []holdOp{{0, true, true, 1, 2}, {1, true, true, 1, 3}, {0, true, false, 4, 5}, {1, true, false, 4, 6}, {2, false, true, 7, 8}, {2, false, false, 9, 10}}
+	if r := checkHolders(0, ok); r != porcupine.Ok {
 		t.Fatalf("two shares, then an exclusive holder: %v", r)
 	}
-	bad := append(slices.Clone(ok[:2]), rwOp{2, false, true, 2, 3}, rwOp{2, false, false, 4, 5}, ok[2], ok[3])
-	if r := checkShared(bad); r != porcupine.Illegal {
+	bad := append(slices.Clone(ok[:2]), holdOp{2, false, true, 2, 3}, holdOp{2, false, false, 4, 5}, ok[2], ok[3])
+	if r := checkHolders(0, bad); r != porcupine.Illegal {
 		t.Fatalf("an exclusive holder beside two shares passed: %v", r)
 	}
 }
@@ -1030,8 +997,8 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
 	defer cancel()
 	var mu sync.Mutex
-	var ops []rwOp
-	record := func(op rwOp) {
+	var ops []holdOp
+	record := func(op holdOp) {
 		mu.Lock()
 		ops = append(ops, op)
 		mu.Unlock()
@@ -1046,7 +1013,7 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 			if !take() {
 				continue
 			}
-			record(rwOp{client, shared, true, call, now()})
+			record(holdOp{client, shared, true, call, now()})
 			time.Sleep(time.Millisecond)
 			call = now()
 			ret := now()
@@ -1055,7 +1022,7 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 			} else {
 				ret = now()
 			}
-			record(rwOp{client, shared, false, call, ret})
+			record(holdOp{client, shared, false, call, ret})
 			if shared {
 				sections[0].Add(1)
 			} else {
@@ -1130,8 +1097,8 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 			call := now()
 			if dead.AcquireWait(ctx) == nil {
 				ret := now()
-				record(rwOp{i, i%2 == 0, true, call, ret})
-				record(rwOp{i, i%2 == 0, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
+				record(holdOp{i, i%2 == 0, true, call, ret})
+				record(holdOp{i, i%2 == 0, false, ret, time.Now().Add(300 * time.Millisecond).UnixNano()})
 			}
 			select {
 			case <-ctx.Done():
@@ -1155,7 +1122,7 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 		t.Fatal("too few sections of a kind to test anything")
 	}
 	var violations int64
-	if r := checkShared(ops); r != porcupine.Ok {
+	if r := checkHolders(0, ops); r != porcupine.Ok {
 		violations = 1
 		t.Errorf("%d operations: %v against a shared lock", len(ops), r)
 	}
