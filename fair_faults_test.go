@@ -547,7 +547,7 @@ func TestFaultFairGoZeroBarges(t *testing.T) {
 		}()
 	}
 	zc := srv.Client(t)
-	zero := zredis.NewRedisLock(goZeroStore(srv.Addr), key)
+	zero := zredis.NewRedisLock(goZeroStore(t, srv.Addr), key)
 	zero.SetExpire(1) // 1.5s
 	var zeroReleases []int64
 	for r := 0; r < zeroRounds; r++ {

@@ -189,7 +189,7 @@ func TestFairOnClusterAndGoZero(t *testing.T) {
 		srv := redisserver.Start(t)
 		admin := srv.Client(t)
 		order := fairOrder(t, 4, "fair:gozero-store", admin, func(int) (Scripter, Subscriber) {
-			return goZeroStore(srv.Addr), srv.Client(t)
+			return goZeroStore(t, srv.Addr), srv.Client(t)
 		})
 		if fmt.Sprint(order) != "[1 2 3 4]" {
 			t.Errorf("acquired in order %v", order)

@@ -163,7 +163,7 @@ func flushLoad(t *testing.T, srv *redisserver.Server, prefix string, newLock fun
 func TestFaultScriptFlushUnderGoZeroStore(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
-	ours := goZeroStore(srv.Addr)
+	ours := goZeroStore(t, srv.Addr)
 	noscript0 := errorCount(t, admin, "NOSCRIPT")
 	var locks []*RedisLock
 	var mu sync.Mutex
@@ -193,7 +193,7 @@ func TestFaultScriptFlushUnderGoZeroStore(t *testing.T) {
 	} else {
 		// The same load on go-zero's own RedisLock, with a store of its own
 		// (and so a circuit breaker of its own), for contrast.
-		theirs := goZeroStore(srv.Addr)
+		theirs := goZeroStore(t, srv.Addr)
 		zErrs, zAcquired, zLeaked, zFlushes := flushLoad(t, srv, "theirs", func(key string) locker {
 			l := zredis.NewRedisLock(theirs, key)
 			l.SetExpire(10)
@@ -641,7 +641,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return FromGoRedis(c)
 		},
-		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
+		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
 	}
 	ctx := context.Background()
 	fc := &faultCount{t: t}

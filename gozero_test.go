@@ -16,7 +16,7 @@ func TestGoZeroSuiteRedisLock(t *testing.T) {
 	for name, ctx := range map[string]context.Context{"normal": nil, "withContext": context.Background()} {
 		t.Run(name, func(t *testing.T) {
 			mr := miniredis.RunT(t)
-			store := goZeroStore(mr.Addr())
+			store := goZeroStore(t, mr.Addr())
 			key := "gozero:" + newID()
 			acquire := func(rl *RedisLock) (bool, error) { return rl.Acquire() }
 			release := func(rl *RedisLock) (bool, error) { return rl.Release() }
@@ -50,7 +50,7 @@ func TestGoZeroSuiteRedisLock(t *testing.T) {
 
 func TestGoZeroSuiteRedisLockExpired(t *testing.T) {
 	mr := miniredis.RunT(t)
-	store := goZeroStore(mr.Addr())
+	store := goZeroStore(t, mr.Addr())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := NewRedisLock(store, "gozero:"+newID()).AcquireCtx(ctx); err == nil {
@@ -67,7 +67,7 @@ func TestGoZeroSuiteRedisLockExpired(t *testing.T) {
 // looks at that context again), and Done stays open until then.
 func TestGoZeroRequestContextHoldsAtLeastAsLong(t *testing.T) {
 	mr := miniredis.RunT(t)
-	store := goZeroStore(mr.Addr())
+	store := goZeroStore(t, mr.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	rl := NewRedisLock(store, "invoice:1")

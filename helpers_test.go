@@ -81,11 +81,24 @@ var goZeroInitGoroutines = []goleak.Option{
 	goleak.IgnoreTopFunction("github.com/zeromicro/go-zero/core/stat.init.1.func1"),
 }
 
-// goZeroStore returns go-zero's store for addr. DisableIdentity skips the
-// CLIENT SETINFO handshake, which Redis before 7.2 refuses and go-zero's
-// circuit breaker would count as a failure on every new connection.
-func goZeroStore(addr string) *zredis.Redis {
-	return zredis.MustNewRedis(zredis.RedisConf{Host: addr, Type: zredis.NodeType, DisableIdentity: true})
+// goZeroStore returns go-zero's store for addr, failing tb when it cannot
+// connect (go-zero's MustNewRedis would end the whole test binary).
+// DisableIdentity skips the CLIENT SETINFO handshake, which Redis before
+// 7.2 refuses and go-zero's circuit breaker would count as a failure on
+// every new connection.
+func goZeroStore(tb testing.TB, addr string) *zredis.Redis {
+	return goZeroStoreOf(tb, zredis.RedisConf{Host: addr, Type: zredis.NodeType, DisableIdentity: true})
+}
+
+// goZeroStoreOf returns go-zero's store of conf, failing tb when it cannot
+// connect.
+func goZeroStoreOf(tb testing.TB, conf zredis.RedisConf) *zredis.Redis {
+	tb.Helper()
+	z, err := zredis.NewRedis(conf)
+	if err != nil {
+		tb.Fatalf("go-zero's store of %s: %v", conf.Host, err)
+	}
+	return z
 }
 
 // withClock makes the lock use c as its time source.

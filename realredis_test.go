@@ -146,7 +146,7 @@ func TestRealContentionNeverOverlaps(t *testing.T) {
 	srv := redisserver.Start(t)
 	goRedis := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 	t.Cleanup(func() { _ = goRedis.Close() })
-	goZero := goZeroStore(srv.Addr)
+	goZero := goZeroStore(t, srv.Addr)
 	// go-zero's circuit breaker counts the NOSCRIPT replies of the first
 	// EVALSHAs as failures, and a burst of them can make it drop the EVAL
 	// fallbacks (see Limits in the README). This test is about exclusion, so
@@ -210,7 +210,7 @@ func TestRealContentionNeverOverlaps(t *testing.T) {
 
 func TestRealGoZeroInterop(t *testing.T) {
 	srv := redisserver.Start(t)
-	store := goZeroStore(srv.Addr)
+	store := goZeroStore(t, srv.Addr)
 	theirs := zredis.NewRedisLock(store, "interop")
 	theirs.SetExpire(2)
 	ours := NewRedisLock(FromGoRedis(srv.Client(t)), "interop")

@@ -100,7 +100,7 @@ func TestReentryRefreshesLease(t *testing.T) {
 
 func TestGoZeroInterop(t *testing.T) {
 	mr, _ := newMini(t)
-	store := goZeroStore(mr.Addr())
+	store := goZeroStore(t, mr.Addr())
 	theirs := zredis.NewRedisLock(store, "shared")
 	theirs.SetExpire(5)
 	ours := NewRedisLock(store, "shared") // go-zero's store, as it is

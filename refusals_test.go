@@ -122,7 +122,7 @@ func aclUser(t *testing.T, srv *redisserver.Server, name string, rules ...string
 	must(t, srv.Client(t).Do(context.Background(), args...).Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: name, Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
-	z := zredis.MustNewRedis(zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: name, Pass: "pw", DisableIdentity: true})
+	z := goZeroStoreOf(t, zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: name, Pass: "pw", DisableIdentity: true})
 	return c, z
 }
 
@@ -163,7 +163,7 @@ func TestRefusedWritesAreNeverAcquisitions(t *testing.T) {
 			if kind.set != nil {
 				// Connected before: as a client of a primary that a failover
 				// demotes stays.
-				stores = map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(srv.Addr)}
+				stores = map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(t, srv.Addr)}
 				kind.set(t, srv)
 				defer kind.undo(t, srv)
 			} else {
@@ -678,7 +678,7 @@ func TestFaultRefusals(t *testing.T) {
 	for _, kind := range kinds[:3] { // OOM, READONLY, MISCONF
 		t.Run(kind.name, func(t *testing.T) {
 			srv := redisserver.Start(t)
-			stores := map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(srv.Addr)}
+			stores := map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(t, srv.Addr)}
 			truth := func() *redis.Client { return srv.Client(t) }
 			inject := func() { kind.set(t, srv) }
 			var row faultRow
@@ -732,7 +732,7 @@ func TestFaultRefusals(t *testing.T) {
 		srv := redisserver.Start(t, "--key-load-delay", "20", "--loading-process-events-interval-bytes", "65536")
 		admin := srv.Client(t)
 		must(t, admin.Do(ctx, "DEBUG", "POPULATE", 100000).Err())
-		stores := map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(srv.Addr)}
+		stores := map[string]Scripter{"go-redis": FromGoRedis(srv.Client(t)), "go-zero": goZeroStore(t, srv.Addr)}
 		inject := func() {
 			must(t, admin.Save(ctx).Err())
 			srv.RestartLoading(t)
@@ -763,7 +763,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	must(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "~app:*", "~{app:*", "~{*}~app:*", "&app:*", "&{app:*", "&{*}~app:*", "+@all", "-@dangerous").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "app", Password: "pw"})
 	defer c.Close()
-	z := zredis.MustNewRedis(zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: "app", Pass: "pw", DisableIdentity: true})
+	z := goZeroStoreOf(t, zredis.RedisConf{Host: srv.Addr, Type: zredis.NodeType, User: "app", Pass: "pw", DisableIdentity: true})
 	for name, st := range map[string]Scripter{"go-redis": FromGoRedis(c), "go-zero": z} {
 		for i, opts := range [][]Option{{WithFencing()}, {WithFairness(), WithFencing()}, {WithFencing()}, {WithFairness()}, {WithFencing()}, {WithFairness()},
 			{WithPermits(1), WithFencing()}, {WithPermits(1), WithFairness(), WithFencing()}, // and a semaphore (issue 28),

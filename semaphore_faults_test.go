@@ -30,7 +30,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return FromGoRedis(c)
 		},
-		"go-zero": func() Scripter { return goZeroStore(px.Addr()) },
+		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
 	}
 	fc := &faultCount{t: t}
 	dropped := func(what string, call func()) {

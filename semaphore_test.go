@@ -204,7 +204,7 @@ func TestSharedExcludesExclusiveHolders(t *testing.T) {
 
 func TestSharedAndGoZero(t *testing.T) {
 	srv := redisserver.Start(t)
-	z := goZeroStore(srv.Addr)
+	z := goZeroStore(t, srv.Addr)
 	theirs := NewRedisLock(z, "cfg") // go-zero's store, exclusive
 	ours := NewRedisLock(FromGoRedis(srv.Client(t)), "cfg", WithShared())
 	mustAcquire(t, ours)
@@ -1055,7 +1055,7 @@ func sharedHistory(t *testing.T, opts []Option, name string) {
 		}, lease)
 	}
 	// go-zero's RedisLock and a raw SET NX, exclusive holders polling.
-	z := goZeroStore(srv.Addr)
+	z := goZeroStore(t, srv.Addr)
 	var zl *zredis.RedisLock
 	const zeroLease = 1500 * time.Millisecond // go-zero adds 500 ms to its expiry
 	wg.Add(2)

@@ -157,7 +157,7 @@ func TestAcquireWaitGoZeroStoreUsesRetries(t *testing.T) {
 // waitThroughGoZero waits on go-zero's store, which has no pub/sub: the
 // retry strategy paces the attempts.
 func waitThroughGoZero(t *testing.T, addr string) {
-	store := goZeroStore(addr)
+	store := goZeroStore(t, addr)
 	holder := NewRedisLock(store, "k", WithExpiry(time.Minute))
 	mustAcquire(t, holder)
 	s := newSpy(store)

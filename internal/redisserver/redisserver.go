@@ -9,6 +9,7 @@ package redisserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -96,6 +97,7 @@ func start(bin, dir string, args []string) (*Server, error) {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--dir", dir, "--save", "", "--appendonly", "no",
 		"--enable-debug-command", "yes", "--daemonize", "no",
+		"--repl-diskless-sync-delay", "0", // a replica syncs at once, not after 5 s
 	}, args...)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, bin: bin, args: all}
 	if err := s.run(); err != nil {
@@ -146,6 +148,10 @@ func (s *Server) RestartLoading(tb testing.TB) {
 	}
 }
 
+// waitReady waits until the server answers, and checks that the server
+// answering is the process s started: another process's server can take
+// the port between FreePort and the bind, and answer instead (ours then
+// exits, unable to bind).
 func (s *Server) waitReady(within time.Duration, loading bool) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
@@ -153,7 +159,7 @@ func (s *Server) waitReady(within time.Duration, loading bool) error {
 	for {
 		err := c.Ping(context.Background()).Err()
 		if err == nil || loading && err != nil && strings.HasPrefix(err.Error(), "LOADING") {
-			return nil
+			return s.isOurs(c)
 		}
 		select {
 		case <-s.done:
@@ -164,6 +170,36 @@ func (s *Server) waitReady(within time.Duration, loading bool) error {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// isOurs checks that the server c talks to is the process s started, by
+// the process_id of its INFO server (which a loading server answers too).
+func (s *Server) isOurs(c *redis.Client) error {
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		return fmt.Errorf("INFO server: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if pid != strconv.Itoa(s.cmd.Process.Pid) {
+				return fmt.Errorf("%w: process %s answers on %s, not %d, which was started", ErrNotOurs, pid, s.Addr, s.cmd.Process.Pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO server without process_id: %.200q", info)
+}
+
+// ErrNotOurs reports a server on a test's port that the test did not start.
+var ErrNotOurs = errors.New("redisserver: another process's server answers")
+
+// Signal sends sig to the server's process: SIGSTOP pauses it, as a
+// stalled machine, and SIGCONT resumes it.
+func (s *Server) Signal(tb testing.TB, sig os.Signal) {
+	tb.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("redisserver: %v to %s: %v", sig, s.Addr, err)
 	}
 }
 
