@@ -63,7 +63,7 @@ func (rl *RedisLock) attemptPlain(ctx context.Context, id string, lease time.Dur
 	if waiting {
 		args = append(args, min(lease, time.Second).Milliseconds())
 	}
-	reply, err := rl.locker.store.Run(ctx, store.Acquire, rl.names.acquire, args...)
+	reply, err := rl.locker.store.Run(ctx, rl.waited(store.Acquire, lease), rl.names.acquire, args...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -168,7 +168,7 @@ func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok
 // extend verifies that id owns the key and refreshes its lease. It reports
 // false, nil when the key does not hold id: a definite loss.
 func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	c := &store.Call{Script: store.Extend, Keys: rl.names.acquire[:1], Args: []any{id, lease.Milliseconds()}}
+	c := &store.Call{Script: rl.waited(store.Extend, lease), Keys: rl.names.acquire[:1], Args: []any{id, lease.Milliseconds()}}
 	c.Reply, c.Err = rl.locker.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	codes, err := store.RenewalCodes(c, 1)
 	if err != nil {

@@ -61,6 +61,13 @@ var (
 	// and changed nothing of anyone else's; see "When Redis refuses" in
 	// docs/reliability.md.
 	ErrRefused = store.ErrRefused
+	// ErrNotReplicated reports that a write of a hold made WithReplicas(n)
+	// was not acknowledged by n replicas in time (it was given back, or
+	// for a renewal, counts as failed), or that fewer than n replicas were
+	// online (nothing was written), or that the store cannot send WAIT.
+	ErrNotReplicated = store.ErrNotReplicated
+	// ErrInvalidReplicas reports a negative number given to WithReplicas.
+	ErrInvalidReplicas = errors.New("redislock: invalid replicas")
 )
 
 // opErr is err from operation op on key: "redislock: op "key": err",

@@ -52,7 +52,7 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 	if rl.opts.permits > 0 || rl.opts.shared {
 		args = append(args, rl.opts.permits) // a fair semaphore; 0: a fair shared lock
 	}
-	reply, err := rl.locker.store.Run(ctx, store.FairAcquire, rl.fairKeys(), args...)
+	reply, err := rl.locker.store.Run(ctx, rl.waited(store.FairAcquire, lease), rl.fairKeys(), args...)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -99,7 +99,7 @@ func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, tur
 		select {
 		case rl.line.turn <- struct{}{}:
 		case <-waitCtx.Done():
-			return nil, false, rl.gaveUp(waitCtx)
+			return nil, false, rl.gaveUp(waitCtx, nil)
 		case <-rl.lockerDone():
 			return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
 		}
@@ -150,13 +150,20 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *s
 	}
 	// A handoff counts if it is of fw's latest place in the queue, and the
 	// lease it gave is still ahead by our accounting: the key was set
-	// after the latest round trip that found fw waiting was sent.
-	if m != nil && m.Seq == fw.seq && rl.locker.clock.Now().Before(fw.until) {
+	// after the latest round trip that found fw waiting was sent. With
+	// WithReplicas, the attempt below takes it over once the replicas have
+	// it.
+	if m != nil && m.Seq == fw.seq && rl.locker.clock.Now().Before(fw.until) && rl.opts.replicas == 0 {
 		return true, 0, rl.takeOver(holding, fw, m.Token, fw.until)
 	}
 	sent := rl.locker.clock.Now()
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
 	switch {
+	case lagging(err):
+		// The lock may be fw's, taken or handed over: kept, for the next
+		// attempt to take over once the replicas have it.
+		countAcquire(false, false, err)
+		return false, replicasTimeout(fw.lease), opErr("acquire", rl.key, err)
 	case err != nil:
 		countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)

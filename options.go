@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redislock/redislock/internal/clock"
+	"github.com/redislock/redislock/internal/store"
 )
 
 const (
@@ -30,6 +31,7 @@ type options struct {
 	fair     bool
 	permits  int  // of a semaphore (WithPermits); 0 for others
 	shared   bool // WithShared
+	replicas int  // that acknowledge each write of a hold (WithReplicas); 0: none wait
 	clock    clock.Clock
 	err      error
 
@@ -105,6 +107,43 @@ func WithWaitTimeout(d time.Duration) Option {
 // given wins; a lock's own overrides its Locker's.
 func WithPrefix(prefix string) Option {
 	return func(o *options) { o.prefix = prefix }
+}
+
+// WithReplicas makes every write that takes, renews or hands over a hold
+// wait until n replicas of the key's primary have it (WAIT, in the same
+// round trip), so that a failover to one of them keeps the hold. An
+// acquisition is reported only once they acknowledged it: one they did not
+// acknowledge within a tenth of the lease (at most a second) is given back
+// and fails with ErrNotReplicated, and so does one with fewer than n
+// replicas online, at once and writing nothing; AcquireWait and Do then
+// attempt again, except in that last case. A renewal they did not
+// acknowledge is a failed renewal, and the lease still ends the hold on
+// time. Releases do not wait. n = 0 turns it off; a negative n is reported
+// as ErrInvalidReplicas, and a store that cannot send WAIT after a script
+// on the key's primary (a go-zero store of a Cluster, a Scripter of one's
+// own) as ErrNotReplicated and errors.ErrUnsupported, by the first call.
+// See docs/reliability.md.
+func WithReplicas(n int) Option {
+	return func(o *options) {
+		if n < 0 {
+			o.err = fmt.Errorf("%w: WithReplicas(%d) must not be negative", ErrInvalidReplicas, n)
+			return
+		}
+		o.replicas = n
+	}
+}
+
+// waited returns script followed by WAIT for the replicas of WithReplicas,
+// for a hold with a lease of lease.
+func (rl *RedisLock) waited(script *store.Script, lease time.Duration) *store.Script {
+	return script.Replicated(store.Replicas{N: rl.opts.replicas, Timeout: replicasTimeout(lease)})
+}
+
+// replicasTimeout is how long WAIT waits for the replicas of a write with
+// a lease of lease: a tenth of it, at most a second (go-redis's and
+// go-zero's clients read a pipeline's replies within 3 s, WAIT's too).
+func replicasTimeout(lease time.Duration) time.Duration {
+	return min(lease/10, time.Second)
 }
 
 // validExpiry checks a lease.

@@ -3,6 +3,7 @@ package redislock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,14 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		locker = defaultLocker(s, o.clock)
 	}
 	rl.locker = locker
+	if o.replicas > 0 && rl.err == nil && !locker.store.CanWait() {
+		var client any = s
+		if c, ok := store.Client(s); ok {
+			client = c
+		}
+		rl.err = fmt.Errorf("%w: WithReplicas(%d): %w: the store (%T) cannot send WAIT after a script on its key's primary",
+			ErrNotReplicated, o.replicas, errors.ErrUnsupported, client)
+	}
 	if !o.pubsubSet {
 		rl.opts.pubsub = locker.store.Sub // wake-ups through the same client, if it has pub/sub
 	}

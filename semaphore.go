@@ -63,7 +63,7 @@ var permitMode = &mode{take: (*RedisLock).attemptPermit, release: store.Release,
 
 // attemptPermit runs permit_acquire.lua for id.
 func (rl *RedisLock) attemptPermit(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {
-	reply, err := rl.locker.store.Run(ctx, store.PermitAcquire, rl.names.acquire, id, lease.Milliseconds(), rl.opts.permits)
+	reply, err := rl.locker.store.Run(ctx, rl.waited(store.PermitAcquire, lease), rl.names.acquire, id, lease.Milliseconds(), rl.opts.permits)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -16,15 +16,17 @@ import (
 // here, with its reason.
 func TestPackageLevelState(t *testing.T) {
 	allowed := map[string]string{
-		"./defaultLockers":      "the registry of default Lockers, weakly keyed",
-		"./closedChan":          "a closed channel",
-		"./DefaultRetry":        "the exported default strategy, a value",
-		"./acquiredLabel":       "a metric label",
-		"./releasedLabel":       "a metric label",
-		"./plainMode":           "a lock's kind: its scripts",
-		"./fairMode":            "a fair lock's kind: its scripts",
-		"./permitMode":          "a semaphore's or a shared lock's kind: its scripts",
-		"internal/store/lua":    "the embedded scripts",
+		"./defaultLockers":   "the registry of default Lockers, weakly keyed",
+		"./closedChan":       "a closed channel",
+		"./DefaultRetry":     "the exported default strategy, a value",
+		"./acquiredLabel":    "a metric label",
+		"./releasedLabel":    "a metric label",
+		"./plainMode":        "a lock's kind: its scripts",
+		"./fairMode":         "a fair lock's kind: its scripts",
+		"./permitMode":       "a semaphore's or a shared lock's kind: its scripts",
+		"internal/store/lua": "the embedded scripts",
+		"internal/store/replicated": "the memo of scripts followed by WAIT: one per script and Replicas, so that " +
+			"the renewals of locks alike share a script call",
 		"internal/wake/closed":  "a closed channel",
 		"internal/keyslot/tags": "keyslot's memo of hash tags",
 	}

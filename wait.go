@@ -129,6 +129,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 	}
 
 	failures, ticked := 0, false
+	var lag error // the last attempt's, when its replicas did not acknowledge it
 	for {
 		if err := rl.endedHoldErr(); err != nil {
 			return err // lost (or the like) and not yet released: say so now
@@ -137,9 +138,9 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 		case rl.lockerClosed():
 			return opErr("wait for", rl.key, ErrLockerClosed)
 		case ending(ctx):
-			return rl.gaveUp(ctx)
+			return rl.gaveUp(ctx, lag)
 		case ending(waitCtx) && failures > 0:
-			return rl.gaveUp(waitCtx)
+			return rl.gaveUp(waitCtx, lag)
 		}
 		head, n := w.Read()
 		if rl.Holds() > 0 || failures == 0 && ending(waitCtx) {
@@ -154,10 +155,14 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
 			done, wait, err := rl.attempt(ctx, holding, fw, n.Handoff)
+			lag = nil
+			if lagging(err) {
+				lag = err
+			}
 			switch {
 			case done && err == nil && ending(ctx): // taken as the wait gave up
 				_ = rl.releaseDetached(ctx, nil)
-				return rl.gaveUp(ctx)
+				return rl.gaveUp(ctx, nil)
 			case done && err == nil:
 				if rl.opts.permits > 0 || rl.opts.shared {
 					w.Leave(0) // the next may take another permit, or share
@@ -169,6 +174,10 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 				return err
 			case err != nil && ending(ctx):
 				continue // gave up, unless the error is the hold's end
+			case lag != nil:
+				// Given back, or kept by a fair wait: again once the
+				// replicas may have caught up.
+				wait = max(wait, replicasTimeout(time.Duration(rl.expiry.Load())))
 			case err != nil:
 				return err
 			}
@@ -177,7 +186,7 @@ func (rl *RedisLock) acquireWait(holding context.Context) error {
 			}
 			d, err := rl.nextAttempt(failures, wait, w)
 			if err != nil {
-				return err
+				return errors.Join(err, lag)
 			}
 			if left := due.Sub(rl.locker.clock.Now()); !counts && left < d {
 				// A refresh keeps the counted attempt where it was: a
@@ -256,12 +265,23 @@ func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *wake.Waite
 }
 
 // gaveUp is the error of a wait that ctx cut short, or that the Locker's
-// Close ended meanwhile.
-func (rl *RedisLock) gaveUp(ctx context.Context) error {
+// Close ended meanwhile; lag, when not nil, the error of its last attempt,
+// which its replicas did not acknowledge.
+func (rl *RedisLock) gaveUp(ctx context.Context, lag error) error {
 	if rl.lockerClosed() {
 		return opErr("wait for", rl.key, ErrLockerClosed)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmp.Or(ctx.Err(), context.DeadlineExceeded))
+	err := fmt.Errorf("%w: %q: %w", ErrNotAcquired, rl.key, cmp.Or(ctx.Err(), context.DeadlineExceeded))
+	if lag != nil {
+		err = fmt.Errorf("%w; the last attempt: %w", err, lag)
+	}
+	return err
+}
+
+// lagging reports the error of an attempt that ran but that the replicas
+// of WithReplicas did not acknowledge in time.
+func lagging(err error) bool {
+	return errors.Is(err, ErrNotReplicated) && store.Ambiguous(err)
 }
 
 // ending reports whether ctx has ended, or its deadline has passed: a

@@ -65,7 +65,7 @@ Runs COMMAND while holding the lock KEY, renewed in the background, and
 releases it when COMMAND exits. Exits with COMMAND's status, or:
   64  usage          65  KEY, or its fencing counter, holds something else
                          (or another kind of lock: see -permits, -shared)
-  69  Redis unavailable
+  69  Redis unavailable (or, with -replicas, its replicas)
   70  lock lost (or -max-hold passed) while COMMAND ran   75  lock busy
   126 COMMAND not executable                      127 COMMAND not found
   128+N  COMMAND was killed by signal N
@@ -97,6 +97,7 @@ func runCmd(args []string, stderr io.Writer) int {
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
 	permits := fs.Int("permits", 0, "hold one of N permits of KEY, a semaphore (0: a lock)")
 	shared := fs.Bool("shared", false, "hold KEY shared with other -shared holders, excluding the others")
+	replicas := fs.Int("replicas", 0, "take and renew the lock only once N replicas acknowledged it (WAIT), to survive a failover")
 	if err := fs.Parse(args); err != nil {
 		return parseStatus(err)
 	}
@@ -141,6 +142,9 @@ func runCmd(args []string, stderr io.Writer) int {
 	}
 	if *shared {
 		opts = append(opts, redislock.WithShared())
+	}
+	if *replicas != 0 {
+		opts = append(opts, redislock.WithReplicas(*replicas))
 	}
 	if *wait > 0 {
 		opts = append(opts, redislock.WithWaitTimeout(*wait))
@@ -216,6 +220,9 @@ func (r *runner) run() int {
 	case r.child == nil && r.signal != nil: // before the command could start
 		fmt.Fprintf(r.stderr, "redislock: %v while waiting for %q\n", r.signal, key)
 		return 128 + int(r.signal.(syscall.Signal))
+	case !ran && errors.Is(err, redislock.ErrNotReplicated) && !errors.Is(err, errors.ErrUnsupported):
+		complain(r.stderr, err) // the replicas did not acknowledge it, or too few are online
+		return exitUnavailable
 	case !ran && errors.Is(err, redislock.ErrNotAcquired):
 		if r.notALock() {
 			fmt.Fprintf(r.stderr, "redislock: %q holds something that is not a lock\n", key)
@@ -315,7 +322,7 @@ func (r *runner) setCode(code int) {
 
 func unavailableOrUsage(err error) int {
 	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry,
-		redislock.ErrInvalidPermits} {
+		redislock.ErrInvalidPermits, redislock.ErrInvalidReplicas, errors.ErrUnsupported} {
 		if errors.Is(err, bad) {
 			return exitUsage
 		}

@@ -539,3 +539,43 @@ func TestRunPermitsAndShared(t *testing.T) {
 		t.Fatalf("status -json: %+v", v)
 	}
 }
+
+// TestRunReplicas: -replicas 1 runs the command once the replica has the
+// lock (REDISLOCK_OWNER is the key's value on the replica, read by the
+// command itself), and nothing while the replica is paused (exit 69);
+// -replicas 2 with one replica runs nothing and exits 69; -replicas -1 is
+// a usage error.
+func TestRunReplicas(t *testing.T) {
+	primary := redisserver.Start(t)
+	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	for !strings.Contains(replica.Client(t).Info(context.Background(), "replication").Val(), "master_link_status:up") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cli := redisserver.Binary(t, "redis-cli")
+	seen := filepath.Join(t.TempDir(), "seen")
+	var out lockedBuffer
+	script := cli + ` -p ` + strconv.Itoa(replica.Port) + ` GET nightly > ` + seen + `; echo "$REDISLOCK_OWNER" >> ` + seen
+	if code := run([]string{"run", "-addr", primary.Addr, "-replicas", "1", "nightly", "--", "sh", "-c", script}, &out, &out); code != 0 {
+		t.Fatalf("-replicas 1: exit %d: %s", code, out.String())
+	}
+	b, err := os.ReadFile(seen)
+	if lines := strings.Fields(string(b)); err != nil || len(lines) != 2 || lines[0] != lines[1] {
+		t.Fatalf("the replica had %q while the command ran: %v", b, err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	replica.Signal(t, syscall.SIGSTOP)
+	code := run([]string{"run", "-addr", primary.Addr, "-replicas", "1", "-ttl", "2s", "nightly", "--", "touch", ran}, &out, &out)
+	replica.Signal(t, syscall.SIGCONT)
+	if code != exitUnavailable || !strings.Contains(out.String(), "not replicated") {
+		t.Errorf("-replicas 1, the replica paused: exit %d: %s", code, out.String())
+	}
+	for args, want := range map[string]int{"2": exitUnavailable, "-1": exitUsage} {
+		out.Reset()
+		if code := run([]string{"run", "-addr", primary.Addr, "-replicas", args, "nightly", "--", "touch", ran}, &out, &out); code != want {
+			t.Errorf("-replicas %s: exit %d, want %d: %s", args, code, want, out.String())
+		}
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("a command ran without its replicas")
+	}
+}

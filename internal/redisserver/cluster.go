@@ -38,25 +38,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	cli := Binary(tb, "redis-cli")
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
-		var s *Server
-		var err error
-		for try := 0; try < 10; try++ {
-			port := clusterPort()
-			s = &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, bin: bin, args: []string{
-				"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", tb.TempDir(),
-				"--save", "", "--appendonly", "no", "--enable-debug-command", "yes",
-				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "2000",
-			}}
-			if err = s.run(); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			tb.Fatalf("redisserver: cluster node: %v", err)
-		}
-		tb.Cleanup(s.Stop)
-		c.Nodes = append(c.Nodes, s)
+		c.Nodes = append(c.Nodes, startNode(tb, bin))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
@@ -80,6 +62,61 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		rc.Close()
 	}
 	return c
+}
+
+// startNode starts a cluster-enabled redis-server that knows no other.
+func startNode(tb testing.TB, bin string) *Server {
+	tb.Helper()
+	var s *Server
+	var err error
+	for try := 0; try < 10; try++ {
+		port := clusterPort()
+		s = &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, bin: bin, args: []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", tb.TempDir(),
+			"--save", "", "--appendonly", "no", "--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000",
+		}}
+		if err = s.run(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("redisserver: cluster node: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// AddReplica starts a node, makes it a replica of c.Nodes[i], and waits
+// until it is in sync (the primary counts it online). It is not in Nodes.
+func (c *Cluster) AddReplica(tb testing.TB, i int) *Server {
+	tb.Helper()
+	ctx := context.Background()
+	s := startNode(tb, Binary(tb, "redis-server"))
+	primary := c.Nodes[i]
+	pc, rc := primary.Client(tb), s.Client(tb)
+	id, err := pc.ClusterMyID(ctx).Result()
+	if err != nil {
+		tb.Fatalf("CLUSTER MYID: %v", err)
+	}
+	if err := rc.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
+		tb.Fatalf("CLUSTER MEET: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	wait := func(what string, done func() bool) {
+		for !done() {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redisserver: waited 30 s for %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("the replica to replicate", func() bool { return rc.ClusterReplicate(ctx, id).Err() == nil })
+	wait("the replica to be online", func() bool {
+		return strings.Contains(pc.Info(ctx, "replication").Val(), "state=online")
+	})
+	return s
 }
 
 // clusterPort returns a port that is free with its cluster bus port

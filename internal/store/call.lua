@@ -44,8 +44,36 @@ end
 
 -- guarded runs body and returns its reply, or the error reply of what it
 -- raised (Redis 7 hands pcall an error's text, not its table).
+--
+-- A call that the client follows with WAIT (Replicas in scripts.go) ends
+-- its ARGV with "redislock:replicas=<n>", which guarded takes off. With
+-- fewer than n replicas online it writes nothing and replies the error
+-- REDISLOCK_REPLICAS <online> <n>. Else, when body took the key (its
+-- reply is "OK" or {"OK", token}), guarded sets KEYS[1]'s expiry to what
+-- it is (PEXPIREAT), a write that always goes to the replicas: the WAIT
+-- that follows then covers what body found written before it (a retried
+-- call's first run, a fair release's handoff) even when body itself
+-- changed nothing.
 local function guarded(body)
+    local replicas = string.match(ARGV[#ARGV] or "", "^redislock:replicas=(%d+)$")
+    if replicas then
+        replicas = tonumber(replicas)
+        ARGV[#ARGV] = nil
+        local _, online = string.gsub(call("INFO", "replication"), "state=online", "")
+        if online < replicas then
+            return redis.error_reply("REDISLOCK_REPLICAS " .. online .. " " .. replicas)
+        end
+        need("WAIT", "0", "0")
+        need("PEXPIRETIME", KEYS[1])
+        need("PEXPIREAT", KEYS[1], "0")
+    end
     local ok, reply = pcall(body)
+    if ok and replicas and (reply == "OK" or type(reply) == "table" and reply[1] == "OK") then
+        local at = redis.pcall("PEXPIRETIME", KEYS[1])
+        if type(at) == "number" and at > 0 then
+            call("PEXPIREAT", KEYS[1], at)
+        end
+    end
     if ok or type(reply) == "table" then
         return reply
     end

@@ -15,7 +15,24 @@ var (
 	ErrCorruptFencingCounter = errors.New("redislock: fencing counter is not a number")
 	ErrRefused               = errors.New("redislock: redis refused a command")
 	ErrWrongKind             = errors.New("redislock: key holds another kind of lock")
+	ErrNotReplicated         = errors.New("redislock: not replicated")
 )
+
+// errTooFewReplicas is the error of a call WAIT was to follow, with fewer
+// replicas online than it asks for: it wrote nothing, and no WAIT waited.
+var errTooFewReplicas = fmt.Errorf("%w: too few replicas online", ErrNotReplicated)
+
+// replicasReply starts the error call.lua replies for too few replicas.
+const replicasReply = "REDISLOCK_REPLICAS "
+
+// notReplicated is the error of a call whose script ran but whose WAIT,
+// for r, counted acked replicas, or failed with err.
+func notReplicated(r Replicas, acked int64, err error) error {
+	if err != nil { // %v: no redis.Error of WAIT's is to read as a refusal of the script's
+		return fmt.Errorf("%w: WAIT %d %d: %v", ErrNotReplicated, r.N, r.Timeout.Milliseconds(), err)
+	}
+	return fmt.Errorf("%w: %d of %d replicas acknowledged the write within %v", ErrNotReplicated, acked, r.N, r.Timeout)
+}
 
 // wrongKindReply starts the error a script replies when a key is another
 // kind of lock than asked for (see holders.lua).
@@ -37,6 +54,10 @@ func checkReply(reply any, err error, command, key string) (any, error) {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):
 		_, counter, _ := strings.Cut(err.Error(), corruptCounterReply)
 		return nil, fmt.Errorf("%w: %s", ErrCorruptFencingCounter, counter)
+	case err != nil && strings.Contains(err.Error(), replicasReply):
+		_, counts, _ := strings.Cut(err.Error(), replicasReply)
+		online, want, _ := strings.Cut(counts, " ")
+		return nil, fmt.Errorf("%w: %s online, %s asked for (nothing written)", errTooFewReplicas, online, want)
 	case err != nil && strings.Contains(err.Error(), wrongKindReply):
 		_, what, _ := strings.Cut(err.Error(), wrongKindReply)
 		return nil, fmt.Errorf("%w: %s", ErrWrongKind, what)

@@ -3,7 +3,10 @@ package store
 import (
 	"embed"
 	"io/fs"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,8 +20,43 @@ var lua embed.FS
 // A Script is one of our Lua scripts: call.lua, then its files.
 type Script struct {
 	*redis.Script
-	src      string // for EVAL
-	readOnly bool   // writes nothing: sent with EVALSHA_RO where the client can
+	src      string   // for EVAL
+	readOnly bool     // writes nothing: sent with EVALSHA_RO where the client can
+	replicas Replicas // zero: no WAIT follows it
+}
+
+// Replicas is how a script's writes wait for replicas: WAIT N Timeout,
+// sent right after the script on the same connection, in one pipeline to
+// its key's primary. A call is answered with ErrNotReplicated when fewer
+// than N acknowledged within Timeout (the script ran), or when fewer than
+// N are online (the script wrote nothing: see call.lua).
+type Replicas struct {
+	N       int
+	Timeout time.Duration // at least a millisecond: WAIT's 0 waits for ever
+}
+
+// arg is the ARGV that call.lua takes off a call WAIT follows.
+func (r Replicas) arg() string { return "redislock:replicas=" + strconv.Itoa(r.N) }
+
+// replicated holds the Scripts of Replicated, by their script and Replicas.
+var replicated sync.Map
+
+// Replicated returns s followed by WAIT as r says; s itself for r.N <= 0.
+// Calls of one Replicated script share a batch's script calls, as s's do.
+func (s *Script) Replicated(r Replicas) *Script {
+	if r.N <= 0 {
+		return s
+	}
+	r.Timeout = max(r.Timeout, time.Millisecond)
+	type key struct {
+		s *Script
+		r Replicas
+	}
+	if rs, ok := replicated.Load(key{s, r}); ok {
+		return rs.(*Script)
+	}
+	rs, _ := replicated.LoadOrStore(key{s, r}, &Script{Script: s.Script, src: s.src, readOnly: s.readOnly, replicas: r})
+	return rs.(*Script)
 }
 
 // The scripts. fence.lua and holders.lua are functions that they share.

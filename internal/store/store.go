@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,12 @@ type Store struct {
 	evaler Evaler                                                   // go-zero's: EVAL, never a NOSCRIPT for its breaker
 	pipe   func(context.Context, func(redis.Pipeliner) error) error // nil: no pipelines
 	server func(ctx context.Context, key string) string             // nil: one server, or hidden
+	// node returns the pipelines of key's primary, where WAIT can follow a
+	// script, and the primary's address; nil when the client has none
+	// (WithReplicas is refused).
+	node   func(ctx context.Context, key string) (pipeline, string, error)
+	reload func(context.Context) // a Cluster's slots, read again after MOVED; nil for others
+	few    sync.Map              // replicasOf: whether the primary had too few replicas online (see pipeline)
 	// Single is set when every key is on one primary: a script may touch
 	// many locks' keys.
 	Single bool
@@ -70,6 +77,9 @@ type Store struct {
 	// the server said it does not know it.
 	readOnly atomic.Pointer[func(context.Context, *redis.Script, []string, ...any) *redis.Cmd]
 }
+
+// A pipeline sends the commands fn queues in one round trip.
+type pipeline = func(ctx context.Context, fn func(redis.Pipeliner) error) error
 
 // New returns the Store of s (nothing but s for a nil one).
 func New(s Scripter) *Store {
@@ -97,25 +107,63 @@ func New(s Scripter) *Store {
 			return script.RunRO(ctx, s.c, keys, args...)
 		}
 		st.readOnly.Store(&ro)
-		if p, ok := s.c.(goRedisPipelines); ok {
-			st.pipe = func(ctx context.Context, fn func(redis.Pipeliner) error) error {
+		pipes := func(p goRedisPipelines) pipeline {
+			return func(ctx context.Context, fn func(redis.Pipeliner) error) error {
 				_, err := p.Pipelined(ctx, fn)
 				return err
 			}
+		}
+		if p, ok := s.c.(goRedisPipelines); ok {
+			st.pipe = pipes(p)
+			st.node = func(context.Context, string) (pipeline, string, error) { return st.pipe, "", nil }
 		}
 		switch c := s.c.(type) {
 		case *redis.Client:
 			st.Single = true
 		case *redis.ClusterClient:
 			st.server = func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
+			st.node = func(ctx context.Context, key string) (pipeline, string, error) {
+				n, err := c.MasterForKey(ctx, key)
+				if err != nil {
+					return nil, "", err
+				}
+				return pipes(n), n.Options().Addr, nil
+			}
+			st.reload = func(ctx context.Context) { c.ReloadState(ctx) }
 		case *redis.Ring:
 			st.server = func(_ context.Context, key string) string { return addr(c.GetShardClientForKey(key)) }
+			st.node = func(_ context.Context, key string) (pipeline, string, error) {
+				n, err := c.GetShardClientForKey(key)
+				if err != nil {
+					return nil, "", err
+				}
+				return pipes(n), n.Options().Addr, nil
+			}
 		}
 	case goZeroPipelines:
 		st.pipe = s.PipelinedCtx
+		if !goZeroCluster(s) {
+			st.node = func(context.Context, string) (pipeline, string, error) { return st.pipe, "", nil }
+		}
 	}
 	return st
 }
+
+// goZeroCluster reports a go-zero store of a Redis Cluster, whose
+// pipelines go through a go-redis ClusterClient, where WAIT, which names
+// no key, cannot follow a script to its key's node.
+func goZeroCluster(s any) bool {
+	v := reflect.Indirect(reflect.ValueOf(s))
+	if v.Kind() != reflect.Struct || v.Type().PkgPath() != "github.com/zeromicro/go-zero/core/stores/redis" {
+		return false
+	}
+	t := v.FieldByName("Type")
+	return t.Kind() != reflect.String || t.String() != "node"
+}
+
+// CanWait reports whether st can follow a script with WAIT on its key's
+// primary, in one pipeline.
+func (st *Store) CanWait() bool { return st.node != nil }
 
 // SetPipeline makes st send batches through pipe, as if every key were on
 // one primary (for benchmarks of the batches).
@@ -142,12 +190,27 @@ func (st *Store) Run(ctx context.Context, script *Script, keys []string, args ..
 		}
 		st.readOnly.Store(nil)
 	}
+	if script.replicas.N > 0 {
+		c := &Call{Script: script, Keys: keys, Args: args}
+		for try := 1; ; try++ { // MOVED: the Cluster's slots changed; sent nowhere else
+			st.pipeline(ctx, []*Call{c})
+			if try == 3 || !moved(c.Err) || st.reload == nil {
+				return c.Reply, c.Err
+			}
+		}
+	}
 	if st.evaler != nil {
 		reply, err := st.evaler.EvalCtx(ctx, script.src, keys, args...)
 		return checkReply(reply, err, "EVAL", key)
 	}
 	reply, err := st.ScriptRunCtx(ctx, script.Script, keys, args...)
 	return checkReply(reply, err, "EVALSHA", key)
+}
+
+// moved reports a MOVED reply: the script ran nowhere.
+func moved(err error) bool {
+	var e redis.Error
+	return errors.As(err, &e) && strings.HasPrefix(e.Error(), "MOVED ")
 }
 
 // noReadOnly reports an error of a server that will not run our
@@ -211,50 +274,118 @@ func (st *Store) RunAll(ctx context.Context, calls []*Call, done func([]*Call)) 
 	done(calls)
 }
 
-// pipeline sends calls in one pipeline, then again with EVAL those that
-// got NOSCRIPT.
+// pipeline sends calls, all of one server, in one pipeline, then again
+// with EVAL those that got NOSCRIPT (EVAL alone for go-zero).
+//
+// When WAIT is to follow any of them, it goes last in a pipeline to their
+// key's primary, once, for the most replicas and the shortest timeout they
+// ask for; a call whose replicas did not acknowledge gets ErrNotReplicated.
+// While the primary's last such call found too few replicas online, calls
+// go without WAIT, which would wait out its timeout: each then fails at
+// once (call.lua checks), or, once enough are back, runs and is sent again
+// with WAIT (our scripts, sent again by their owner, find what they did).
 func (st *Store) pipeline(ctx context.Context, calls []*Call) {
-	send := func(calls []*Call, eval bool) {
-		cmds := make([]*redis.Cmd, len(calls))
-		err := st.pipe(ctx, func(p redis.Pipeliner) error {
+	eval := st.evaler != nil
+	for try := 0; len(calls) > 0; try++ {
+		noscript, unwaited := st.send(ctx, calls, eval)
+		if try == 2 { // the server keeps flushing its scripts, or losing its replicas
+			for _, c := range unwaited {
+				c.Err = notReplicated(c.Script.replicas, 0, errors.New("not sent: replicas came and went"))
+			}
+			return
+		}
+		calls = unwaited
+		if len(noscript) > 0 && !eval { // after a restart, a failover or SCRIPT FLUSH
+			eval, calls = true, append(noscript, calls...)
+		}
+	}
+}
+
+// send sends calls in one pipeline and returns those to send again: with
+// EVAL, those that got NOSCRIPT; with WAIT, those that ran without it.
+func (st *Store) send(ctx context.Context, calls []*Call, eval bool) (noscript, unwaited []*Call) {
+	pipe, wait := st.pipe, Replicas{}
+	for _, c := range calls {
+		if r := c.Script.replicas; r.N > 0 {
+			wait.N, wait.Timeout = max(wait.N, r.N), min(cmp.Or(wait.Timeout, r.Timeout), r.Timeout)
+		}
+	}
+	var primary string
+	var err error
+	if wait.N > 0 {
+		if pipe, primary, err = st.node(ctx, calls[0].Keys[0]); err == nil && st.tooFew(primary, wait.N) {
+			wait.N = 0
+		}
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	var waited *redis.Cmd
+	if err == nil {
+		err = pipe(ctx, func(p redis.Pipeliner) error {
 			for i, c := range calls {
-				if eval {
-					cmds[i] = p.Eval(ctx, c.Script.src, c.Keys, c.Args...)
-				} else {
-					cmds[i] = p.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...)
+				args := c.Args
+				if c.Script.replicas.N > 0 {
+					args = append(slices.Clip(args), c.Script.replicas.arg())
 				}
+				if eval {
+					cmds[i] = p.Eval(ctx, c.Script.src, c.Keys, args...)
+				} else {
+					cmds[i] = p.EvalSha(ctx, c.Script.Hash(), c.Keys, args...)
+				}
+			}
+			if wait.N > 0 {
+				waited = p.Do(ctx, "WAIT", wait.N, wait.Timeout.Milliseconds())
 			}
 			return nil
 		})
-		command := "EVALSHA"
-		if eval {
-			command = "EVAL"
-		}
-		for i, c := range calls {
-			if cmds[i] == nil || err != nil && cmds[i].Err() == nil && cmds[i].Val() == nil {
-				// Not queued, or not sent (go-zero's breaker refuses the
-				// whole pipeline).
-				c.Reply, c.Err = nil, cmp.Or(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
-				continue
-			}
-			reply, cerr := cmds[i].Result()
-			c.Reply, c.Err = checkReply(reply, cerr, command, c.Keys[0])
-		}
 	}
-	send(calls, st.evaler != nil)
-	if st.evaler != nil {
-		return
+	command := "EVALSHA"
+	if eval {
+		command = "EVAL"
 	}
-	var again []*Call
-	for _, c := range calls {
+	for i, c := range calls {
+		if cmds[i] == nil || err != nil && cmds[i].Err() == nil && cmds[i].Val() == nil {
+			// Not queued, or not sent (go-zero's breaker refuses the
+			// whole pipeline).
+			c.Reply, c.Err = nil, cmp.Or(err, fmt.Errorf("%w: call not sent", ErrUnexpectedReply))
+			continue
+		}
+		reply, cerr := cmds[i].Result()
+		c.Reply, c.Err = checkReply(reply, cerr, command, c.Keys[0])
 		var e redis.Error
-		if errors.As(c.Err, &e) && strings.HasPrefix(e.Error(), "NOSCRIPT") {
-			again = append(again, c)
+		r := c.Script.replicas
+		switch {
+		case errors.As(c.Err, &e) && strings.HasPrefix(e.Error(), "NOSCRIPT"):
+			noscript = append(noscript, c)
+		case r.N == 0:
+		case errors.Is(c.Err, errTooFewReplicas):
+			st.few.Store(replicasOf{primary, r.N}, true)
+		case c.Err != nil:
+		case wait.N == 0: // enough replicas are back
+			st.few.Store(replicasOf{primary, r.N}, false)
+			unwaited = append(unwaited, c)
+		default:
+			if acked, werr := waited.Int64(); werr != nil || acked < int64(r.N) {
+				c.Err = notReplicated(r, acked, werr) // the script ran: its reply stays
+			}
 		}
 	}
-	if len(again) > 0 { // after a restart, a failover or SCRIPT FLUSH
-		send(again, true)
+	if st.reload != nil && slices.ContainsFunc(calls, func(c *Call) bool { return moved(c.Err) }) {
+		st.reload(ctx)
 	}
+	return noscript, unwaited
+}
+
+// tooFew reports whether the last call to primary that WAIT was to follow
+// for n replicas found too few online, or none was made yet.
+func (st *Store) tooFew(primary string, n int) bool {
+	few, ok := st.few.Load(replicasOf{primary, n})
+	return !ok || few.(bool)
+}
+
+// replicasOf keys Store.few.
+type replicasOf struct {
+	primary string
+	n       int
 }
 
 // Ambiguous reports whether a failed script call may have run on the
@@ -264,7 +395,8 @@ func Ambiguous(err error) bool {
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply), errors.Is(err, breaker.ErrServiceUnavailable),
-		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, ErrWrongKind), errors.Is(err, redis.ErrClosed):
+		errors.Is(err, ErrCorruptFencingCounter), errors.Is(err, ErrWrongKind), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, errTooFewReplicas):
 		return false // Redis refused it, or it was never sent
 	}
 	return true
