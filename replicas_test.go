@@ -73,7 +73,7 @@ var replicaKinds = []struct {
 func TestReplicasHaveTheHoldWhenItIsReported(t *testing.T) {
 	rs := startReplicated(t)
 	rs.link.delay.Store(int64(100 * time.Millisecond)) // each way: an acknowledgement comes 200 ms after the write
-	const lease = 5 * time.Second                     // WAIT waits 500 ms
+	const lease = 5 * time.Second                      // WAIT waits 500 ms
 	c := rs.primary.Client(t)
 	ctx := context.Background()
 	for _, kind := range replicaKinds {
