@@ -733,3 +733,66 @@ func BenchmarkSaturated(b *testing.B) {
 	b.ReportMetric(oursCPU*1e6/pairs, "redislock-server-µs/pair")
 	b.ReportMetric(float64(rawT)/pairs/1e3, "raw-µs/pair")
 }
+
+// BenchmarkReplicasPair: an acquire+release pair of a lock made
+// WithReplicas(1), whose acquisition waits for its primary's one replica
+// on loopback, interleaved pair by pair with a lock's without, on one
+// client: the ratio of their times; and, as the floor of that ratio, raw
+// go-redis pairs (SET NX PX, DEL) with and without a WAIT 1 pipelined
+// after the SET.
+func BenchmarkReplicasPair(b *testing.B) {
+	primary := redisserver.Start(b)
+	replica := redisserver.Start(b, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	ctx := context.Background()
+	for !strings.Contains(replica.Client(b).Info(ctx, "replication").Val(), "master_link_status:up") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = c.Close() })
+	locks := []*RedisLock{NewRedisLock(FromGoRedis(c), "bench:replicas:0"), NewRedisLock(FromGoRedis(c), "bench:replicas:1", WithReplicas(1))}
+	spent := make([]time.Duration, len(locks))
+	for _, rl := range locks { // scripts loaded, replicas known online
+		if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		rl.ReleaseCtx(ctx)
+	}
+	var raw [2]time.Duration
+	rawPair := func(wait bool) error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, "bench:replicas:raw", "id", 10*time.Second)
+			if wait {
+				p.Do(ctx, "WAIT", 1, 1000)
+			}
+			return nil
+		})
+		if err == nil {
+			err = c.Del(ctx, "bench:replicas:raw").Err()
+		}
+		return err
+	}
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for i, rl := range locks {
+			t0 := time.Now()
+			if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			spent[i] += time.Since(t0)
+		}
+		for i, wait := range []bool{false, true} {
+			t0 := time.Now()
+			if err := rawPair(wait); err != nil {
+				b.Fatal(err)
+			}
+			raw[i] += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "replicas/plain")
+	b.ReportMetric(float64(raw[1])/float64(raw[0]), "raw-wait/raw")
+	b.ReportMetric(micros(spent[0])/float64(b.N), "plain-µs/pair")
+	b.ReportMetric(micros(spent[1])/float64(b.N), "replicas-µs/pair")
+}
