@@ -28,6 +28,9 @@ type faultProxy struct {
 	stallNext atomic.Int64
 	stalled   atomic.Int64
 	faults    atomic.Int64 // chunks delayed, connections dropped or cut
+	// held, while not nil, holds every chunk in both directions until it
+	// is closed: a link that stalls, then heals (hold, release).
+	held atomic.Pointer[chan struct{}]
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -79,6 +82,13 @@ func (p *faultProxy) pipe(dst, src net.Conn, toClient bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if held := p.held.Load(); held != nil {
+				select {
+				case <-*held:
+				case <-p.closing:
+					return
+				}
+			}
 			if d := p.takeStall(toClient); d > 0 {
 				p.faults.Add(1)
 				select {
@@ -148,6 +158,21 @@ func (p *faultProxy) close() {
 	p.ln.Close()
 	p.cutAll()
 	p.wg.Wait()
+}
+
+// hold stalls the link: no chunk goes through until release.
+func (p *faultProxy) hold() {
+	ch := make(chan struct{})
+	if p.held.CompareAndSwap(nil, &ch) {
+		p.faults.Add(1)
+	}
+}
+
+// release lets the chunks held since hold through, in order.
+func (p *faultProxy) release() {
+	if ch := p.held.Swap(nil); ch != nil {
+		close(*ch)
+	}
 }
 
 // takeStall returns the stall armed for the next chunk a client sends, once.

@@ -230,9 +230,9 @@ func FreePort() (int, error) {
 
 // StartSentinel starts a redis-sentinel on a free loopback port that
 // monitors the primary at masterAddr as masterName, with a quorum of one,
-// down-after-milliseconds 1000 and failover-timeout 10000. It needs
-// redis-sentinel.
-func StartSentinel(tb testing.TB, masterName, masterAddr string) *Server {
+// down-after-milliseconds 1000 and failover-timeout 10000, then the lines
+// of conf, which may set them again. It needs redis-sentinel.
+func StartSentinel(tb testing.TB, masterName, masterAddr string, conf ...string) *Server {
 	tb.Helper()
 	bin := Binary(tb, "redis-sentinel")
 	host, port, err := net.SplitHostPort(masterAddr)
@@ -246,16 +246,19 @@ func StartSentinel(tb testing.TB, masterName, masterAddr string) *Server {
 			tb.Fatal(err)
 		}
 		dir := tb.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
+		path := filepath.Join(dir, "sentinel.conf")
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
 			"sentinel monitor %s %s %s 1\n"+
 			"sentinel down-after-milliseconds %s 1000\n"+
 			"sentinel failover-timeout %s 10000\n",
 			p, dir, masterName, host, port, masterName, masterName)
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		for _, line := range conf {
+			text += line + "\n"
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			tb.Fatal(err)
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), Port: p, bin: bin, args: []string{conf}}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), Port: p, bin: bin, args: []string{path}}
 		if lastErr = s.run(); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
