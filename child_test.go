@@ -102,6 +102,8 @@ func runChild(role string) int {
 		err = hammerChild(report)
 	case "fair-waiter":
 		err = fairWaiterChild(report)
+	case "nemesis":
+		err = nemesisChild(report)
 	case "noisy":
 		fmt.Println("done 0 0 0 printed on stdout, as go-zero's usage log is")
 		logx.Stat("a usage line")

@@ -28,19 +28,19 @@ type sentinelSet struct {
 	sc       *redis.SentinelClient
 }
 
-// startSentinelSet starts a primary (with primaryArgs) and replicas
-// replicas, and a Sentinel (quorum 1, down after 1 s) with conf, and
-// waits until the Sentinel knows every replica.
-func startSentinelSet(t *testing.T, replicas int, primaryArgs []string, conf ...string) *sentinelSet {
+// startSentinelSet starts a primary and replicas replicas, server i with
+// args(i) if args is not nil, and a Sentinel (quorum 1, down after 1 s)
+// with conf, and waits until the Sentinel knows every replica.
+func startSentinelSet(t *testing.T, replicas int, args func(i int) []string, conf ...string) *sentinelSet {
 	t.Helper()
 	ctx := context.Background()
 	set := &sentinelSet{}
 	for i := 0; i <= replicas; i++ {
-		var args []string
-		if i == 0 {
-			args = primaryArgs
+		var more []string
+		if args != nil {
+			more = args(i)
 		}
-		srv := redisserver.Start(t, args...)
+		srv := redisserver.Start(t, more...)
 		repl, front := startProxy(t, srv.Addr), startProxy(t, srv.Addr)
 		_, port, _ := strings.Cut(repl.Addr(), ":")
 		c := srv.Client(t)
@@ -288,9 +288,11 @@ func TestFailoverWithAndWithoutReplicas(t *testing.T) {
 	// help without persistence; appendonly with fsync always keeps the key.
 	t.Run("primary restarts", func(t *testing.T) {
 		for _, persist := range []bool{false, true} {
-			var args []string
-			if persist {
-				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
+			args := func(i int) []string {
+				if persist && i == 0 { // the primary's alone
+					return []string{"--appendonly", "yes", "--appendfsync", "always"}
+				}
+				return nil
 			}
 			set := startSentinelSet(t, 1, args)
 			a := NewRedisLock(FromGoRedis(set.client(t)), "restart", WithReplicas(1), WithExpiry(lease), WithFencing())

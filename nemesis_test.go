@@ -1,0 +1,713 @@
+package redislock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// The nemesis: every primitive at once, in several child processes, on a
+// Sentinel set (a primary, its replica, a Sentinel; each server with
+// appendonly and fsync always, on tmpfs), while faults are injected at
+// random and overlapping. Each section of each worker is recorded: its
+// take (the call and return of its acquisition), its give (from the end
+// of its holder's belief, that is its release, or its lease's end by its
+// own accounting if it learnt of a loss, to the release's return, or to a
+// lease later for a release unanswered or a process killed), and for
+// fenced locks, its fenced read-modify-write of a counter in a server of
+// its own. porcupine then checks each key's history: a lock (plain,
+// fenced, fair) against a semaphore of one, a semaphore against one of its
+// permits, a shared lock against readers-writers, and the fenced writes
+// against a fenced register. With WithReplicas(1) no violation is
+// promised; without it, failovers to a lagging replica give the lock to a
+// second holder, and the run measures how often.
+
+// nemesisPrimitive is a key the workers share, of one kind of lock.
+type nemesisPrimitive struct {
+	name, key string
+	opts      []Option
+	n         int  // holdersModel's: 1 a lock, n permits, 0 a shared lock
+	fenced    bool // sections write the counter with their tokens
+	workers   int  // per process
+	writers   int  // of a shared lock: exclusive workers per process, after its shares
+}
+
+var nemesisPrimitives = []nemesisPrimitive{
+	{name: "plain", key: "nemesis:plain", n: 1, workers: 1},
+	{name: "fenced", key: "nemesis:fenced", opts: []Option{WithFencing()}, n: 1, fenced: true, workers: 1},
+	{name: "fair", key: "nemesis:fair", opts: []Option{WithFairness(), WithFencing()}, n: 1, fenced: true, workers: 1},
+	{name: "permits", key: "nemesis:permits", opts: []Option{WithPermits(2)}, n: 2, workers: 2},
+	{name: "shared", key: "nemesis:shared", opts: []Option{WithShared()}, n: 0, workers: 2, writers: 1},
+}
+
+// nemesisLease is every lock's lease in the nemesis.
+const nemesisLease = time.Second
+
+// nemesisChild runs the workers of every primitive in a child process, on
+// a failover client of the set NEMESIS_SENTINEL watches (dialing each
+// announced address's counterpart in NEMESIS_DIAL), until its stdin
+// closes; it appends each section's operations to NEMESIS_HISTORY, one
+// line each, in a single write.
+func nemesisChild(out io.Writer) error {
+	dial := map[string]string{}
+	for _, pair := range strings.Split(os.Getenv("NEMESIS_DIAL"), ",") {
+		if from, to, ok := strings.Cut(pair, "="); ok {
+			dial[from] = to
+		}
+	}
+	replicas, _ := strconv.Atoi(os.Getenv("NEMESIS_REPLICAS"))
+	base, _ := strconv.Atoi(os.Getenv("NEMESIS_BASE"))
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{os.Getenv("NEMESIS_SENTINEL")},
+		MaxRetries: 3, PoolSize: 32, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if to, ok := dial[addr]; ok {
+				addr = to
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	defer c.Close()
+	resource := redis.NewClient(&redis.Options{Addr: os.Getenv("NEMESIS_RESOURCE")})
+	defer resource.Close()
+	history, err := os.OpenFile(os.Getenv("NEMESIS_HISTORY"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer history.Close()
+	record := func(format string, args ...any) { _, _ = history.WriteString(fmt.Sprintf(format, args...)) }
+	ctx, stop := context.WithCancel(context.Background())
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	locker := NewLocker(FromGoRedis(c), WithExpiry(nemesisLease), WithReplicas(replicas), WithWaitTimeout(2*time.Second))
+	var wg sync.WaitGroup
+	var sections atomic.Int64
+	client := base
+	for pi, p := range nemesisPrimitives {
+		for w := 0; w < p.workers+p.writers; w++ {
+			shared, opts := p.n != 1, p.opts
+			if w >= p.workers { // a shared lock's writer
+				shared, opts = false, nil
+			}
+			rl := locker.NewLock(p.key, opts...)
+			id := client
+			client++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if nemesisSection(ctx, rl, pi, id, shared, resource, record) {
+						sections.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	fmt.Fprintln(out, "started")
+	wg.Wait()
+	if err := locker.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "nemesis child: Close:", err)
+	}
+	fmt.Fprintln(out, "done", sections.Load())
+	return nil
+}
+
+// nemesisSection is one section of a worker, recorded as "H" lines (take,
+// give) and, fenced, an "F" line (see nemesisOp). It reports whether the
+// worker held the lock.
+func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared bool, resource *redis.Client,
+	record func(string, ...any)) bool {
+	call := time.Now().UnixNano()
+	if err := rl.AcquireWait(ctx); err != nil {
+		if ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond) // refused, not replicated: again
+		}
+		return false
+	}
+	record("H %d %d %t true %d %d true\n", prim, client, shared, call, time.Now().UnixNano())
+	until := rl.Until()
+	if nemesisPrimitives[prim].fenced && believes(rl) {
+		key := nemesisPrimitives[prim].key + ":resource"
+		op := fencedOp{Key: key, Client: client, Token: rl.Token(), Call: time.Now().UnixNano()}
+		n, err := resource.HGet(context.Background(), key, "count").Int64()
+		if err == nil || errors.Is(err, redis.Nil) {
+			if ok, err := hammerWrite.Run(context.Background(), resource, []string{key}, op.Token, n+1).Int(); err == nil {
+				record("F %d %d %d %d %t %d %d\n", prim, client, op.Token, n, ok == 1, op.Call, time.Now().UnixNano())
+			}
+		}
+	}
+	time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+	if u := rl.Until(); !u.IsZero() {
+		until = u
+	}
+	end := time.Now()
+	if !believes(rl) && until.Before(end) {
+		end = until // its belief ended with its lease, by its own accounting
+	}
+	ok, err := rl.ReleaseCtx(context.Background())
+	ret := time.Now()
+	if !ok || err != nil { // unanswered, or lost: the key lasts a lease at most
+		ret = end.Add(nemesisLease)
+	}
+	record("H %d %d %t false %d %d %t\n", prim, client, shared, end.UnixNano(), ret.UnixNano(), ok && err == nil)
+	return true
+}
+
+// nemesisOp is a line of a child's history: a holdOp of a primitive (and
+// whether a give's release returned true), or a fenced write.
+type nemesisOp struct {
+	prim     int
+	hold     holdOp
+	released bool
+	fenced   *fencedOp
+}
+
+func parseNemesisOps(path string) ([]nemesisOp, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ops []nemesisOp
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var op nemesisOp
+		var kind string
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "H "):
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.hold.Shared, &op.hold.Take, &op.hold.Call, &op.hold.Return, &op.released)
+		case strings.HasPrefix(line, "F "):
+			op.fenced = &fencedOp{}
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &op.fenced.Accepted, &op.fenced.Call, &op.fenced.Return)
+			op.fenced.Key = nemesisPrimitives[op.prim].key
+		default:
+			err = errors.New("unknown")
+		}
+		if err != nil || op.prim < 0 || op.prim >= len(nemesisPrimitives) {
+			continue // the last line of a process killed while it wrote
+		}
+		ops = append(ops, op)
+	}
+	return ops, sc.Err()
+}
+
+// fencedRegister is the specification of the fenced writes: an accepted
+// write read the value the last accepted one wrote, with a higher token;
+// a refused one had a token no higher than an accepted one's (a stale
+// holder, refused by the resource: what fencing is for).
+var fencedRegister = porcupine.Model{
+	Init: func() any { return counterState{} },
+	Step: func(state, input, _ any) (bool, any) {
+		s, op := state.(counterState), input.(fencedOp)
+		switch {
+		case op.Accepted && op.Read == s.count && op.Token > s.token:
+			return true, counterState{count: s.count + 1, token: op.Token}
+		case !op.Accepted && op.Token <= s.token:
+			return true, s
+		}
+		return false, s
+	},
+	DescribeOperation: func(input, _ any) string { return input.(fencedOp).String() },
+}
+
+// overlaps counts the moments at which more holders believed they held
+// than the kind allows: a section believes from its take's return to its
+// give's call.
+func overlaps(n int, sections [][2]holdOp) int {
+	type edge struct {
+		at     int64
+		delta  int // +1 in, -1 out
+		shared bool
+	}
+	var edges []edge
+	for _, s := range sections {
+		if s[0].Return < s[1].Call {
+			edges = append(edges, edge{s[0].Return, 1, s[0].Shared}, edge{s[1].Call, -1, s[0].Shared})
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta < edges[j].delta // out before in
+	})
+	var shares, exclusive, bad int
+	for _, e := range edges {
+		if e.shared {
+			shares += e.delta
+		} else {
+			exclusive += e.delta
+		}
+		if e.delta > 0 && (exclusive > 1 || exclusive > 0 && shares > 0 || n > 0 && shares > n) {
+			bad++
+		}
+	}
+	return bad
+}
+
+// nemesisDuration is how long the nemesis runs with WithReplicas:
+// REDISLOCK_NEMESIS (a duration), 60 s by default.
+func nemesisDuration(t *testing.T) time.Duration {
+	d := 60 * time.Second
+	if v := os.Getenv("REDISLOCK_NEMESIS"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil || d <= 0 {
+			t.Fatalf("REDISLOCK_NEMESIS=%q: want a positive duration", v)
+		}
+	}
+	return d
+}
+
+// TestNemesis runs the nemesis for REDISLOCK_NEMESIS (60 s) with
+// WithReplicas(1), where it promises no violation, then for a third of
+// that without, where it measures them.
+func TestNemesis(t *testing.T) {
+	d := nemesisDuration(t)
+	t.Run("WithReplicas(1)", func(t *testing.T) { runNemesis(t, 1, d) })
+	t.Run("without WithReplicas", func(t *testing.T) { runNemesis(t, 0, d/3) })
+}
+
+// nemesis is one run: the set, the children, and the faults' counts.
+type nemesis struct {
+	t        *testing.T
+	set      *sentinelSet
+	admins   []*redis.Client // of each server, direct
+	env      []string        // of the children
+	dir      string
+	replicas int
+
+	mu        sync.Mutex
+	faults    map[string]int
+	children  []*nemesisWorkers
+	killed    map[int]int64 // a killed child's first client: when
+	failovers []int64       // when a replica was promoted
+	lagging   int           // failovers to a replica that lagged
+	nextBase  int
+}
+
+// nemesisWorkers is a child process of workers.
+type nemesisWorkers struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	base  int
+	dead  bool
+}
+
+func (nm *nemesis) count(kind string) {
+	nm.mu.Lock()
+	nm.faults[kind]++
+	nm.mu.Unlock()
+}
+
+// startChild starts a child of workers with clients from the next base.
+func (nm *nemesis) startChild() {
+	nm.mu.Lock()
+	base := nm.nextBase
+	nm.nextBase += 100
+	nm.mu.Unlock()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childRoleEnv+"=nemesis", "NEMESIS_BASE="+strconv.Itoa(base),
+		"NEMESIS_HISTORY="+filepath.Join(nm.dir, "history-"+strconv.Itoa(base))), nm.env...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	r, w, err := os.Pipe()
+	if err != nil {
+		nm.t.Fatal(err)
+	}
+	cmd.ExtraFiles = []*os.File{w}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		nm.t.Fatal(err)
+	}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		nm.t.Fatal(err)
+	}
+	nm.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); r.Close() })
+	child := &nemesisWorkers{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(r), base: base}
+	expectLine(nm.t, child.lines, "started")
+	nm.mu.Lock()
+	nm.children = append(nm.children, child)
+	nm.mu.Unlock()
+}
+
+// aliveChild returns a child that runs, or nil.
+func (nm *nemesis) aliveChild() *nemesisWorkers {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	var alive []*nemesisWorkers
+	for _, c := range nm.children {
+		if !c.dead {
+			alive = append(alive, c)
+		}
+	}
+	if len(alive) == 0 {
+		return nil
+	}
+	return alive[rand.IntN(len(alive))]
+}
+
+// settle makes every server the Sentinel does not report as the primary
+// a replica of the one it does, as the Sentinel would once it notices,
+// and waits (a while) for the primary to count its replica online.
+func (nm *nemesis) settle() {
+	ctx := context.Background()
+	var p int
+	waitFor(nm.t, 30*time.Second, "the Sentinel to name a primary", func() bool { p = nm.set.primary(); return p >= 0 })
+	for i, a := range nm.admins {
+		if i != p && strings.Contains(a.Info(ctx, "replication").Val(), "role:master") {
+			_, port, _ := strings.Cut(nm.set.repl[p].Addr(), ":")
+			a.Do(ctx, "REPLICAOF", "127.0.0.1", port)
+		}
+	}
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		info := nm.admins[p].Info(ctx, "replication").Val()
+		if strings.Contains(info, "role:master") && strings.Contains(info, "state=online") {
+			return
+		}
+	}
+}
+
+// failOver has the Sentinel promote the replica, and records when; a
+// lagging replica is promoted while the primary is cut off from it and
+// from the Sentinel.
+func (nm *nemesis) failOver(lagging bool) {
+	ctx := context.Background()
+	p := nm.set.primary()
+	if p < 0 {
+		return
+	}
+	if lagging {
+		nm.set.repl[p].hold()
+		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond) // writes the replica misses
+		defer nm.set.repl[p].release()
+	}
+	accepted := false
+	for deadline := time.Now().Add(10 * time.Second); !accepted && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		accepted = nm.set.sc.Failover(ctx, "mymaster").Err() == nil // NOGOODSLAVE, INPROG: a moment
+	}
+	for deadline := time.Now().Add(15 * time.Second); accepted && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r := nm.set.primary(); r >= 0 && r != p {
+			nm.mu.Lock()
+			nm.failovers = append(nm.failovers, time.Now().UnixNano())
+			if lagging {
+				nm.lagging++
+			}
+			nm.mu.Unlock()
+			return
+		}
+	}
+	nm.t.Logf("nemesis: no failover (lagging %v)", lagging)
+}
+
+// serverFault is one fault of the servers, run one at a time.
+type serverFault struct {
+	name string
+	run  func(nm *nemesis)
+}
+
+var serverFaultKinds = []serverFault{
+	{"SIGSTOP of a server", func(nm *nemesis) {
+		i := rand.IntN(len(nm.set.servers))
+		nm.set.servers[i].Signal(nm.t, syscall.SIGSTOP)
+		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+		nm.set.servers[i].Signal(nm.t, syscall.SIGCONT)
+	}},
+	{"kill -9 and restart of a server", func(nm *nemesis) {
+		i := rand.IntN(len(nm.set.servers))
+		nm.set.servers[i].Stop()
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
+		nm.set.servers[i].Restart(nm.t)
+	}},
+	{"DEBUG SLEEP of the primary", func(nm *nemesis) {
+		if p := nm.set.primary(); p >= 0 {
+			nm.admins[p].Do(context.Background(), "DEBUG", "SLEEP", fmt.Sprintf("%.1f", 0.2+rand.Float64()))
+		}
+	}},
+	{"Sentinel failover", func(nm *nemesis) { nm.failOver(false) }},
+	{"Sentinel failover to a lagging replica", func(nm *nemesis) { nm.failOver(true) }},
+}
+
+// lightFaults are the faults that run beside the others, overlapping.
+var lightFaults = []serverFault{
+	{"CLIENT KILL TYPE normal", func(nm *nemesis) {
+		nm.onPrimary(func(a *redis.Client) { a.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes") })
+	}},
+	{"CLIENT KILL TYPE pubsub", func(nm *nemesis) {
+		nm.onPrimary(func(a *redis.Client) { a.ClientKillByFilter(context.Background(), "TYPE", "pubsub") })
+	}},
+	{"SCRIPT FLUSH", func(nm *nemesis) { nm.onPrimary(func(a *redis.Client) { a.ScriptFlush(context.Background()) }) }},
+	{"CLIENT PAUSE WRITE", func(nm *nemesis) {
+		nm.onPrimary(func(a *redis.Client) { a.Do(context.Background(), "CLIENT", "PAUSE", 100+rand.IntN(400), "WRITE") })
+	}},
+	{"memory full", func(nm *nemesis) {
+		nm.onPrimary(func(a *redis.Client) {
+			ctx := context.Background()
+			a.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+			a.ConfigSet(ctx, "maxmemory", "1")
+			time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
+			a.ConfigSet(ctx, "maxmemory", "0")
+		})
+	}},
+	{"replies dropped after the server ran a script", func(nm *nemesis) {
+		if p := nm.set.primary(); p >= 0 {
+			nm.set.front[p].dropReplies.Store(int64(1 + rand.IntN(3)))
+		}
+	}},
+	{"holder process SIGKILLed", func(nm *nemesis) {
+		if c := nm.aliveChild(); c != nil {
+			nm.mu.Lock()
+			c.dead = true
+			nm.killed[c.base] = time.Now().UnixNano()
+			nm.mu.Unlock()
+			_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}},
+	{"holder process SIGSTOPped past its lease", func(nm *nemesis) {
+		if c := nm.aliveChild(); c != nil {
+			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+			time.Sleep(nemesisLease + time.Duration(200+rand.IntN(600))*time.Millisecond)
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}},
+}
+
+// onPrimary runs f with the primary's admin client, if there is one.
+func (nm *nemesis) onPrimary(f func(*redis.Client)) {
+	if p := nm.set.primary(); p >= 0 {
+		f(nm.admins[p])
+	}
+}
+
+func runNemesis(t *testing.T, replicas int, d time.Duration) {
+	shm := "/dev/shm"
+	if _, err := os.Stat(shm); err != nil {
+		shm = "" // fsync on the test's disk: slower
+	}
+	dirs := make([]string, 2)
+	for i := range dirs {
+		dir, err := os.MkdirTemp(shm, "redislock-nemesis-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		dirs[i] = dir
+	}
+	set := startSentinelSet(t, 1, func(i int) []string {
+		return []string{"--dir", dirs[i], "--appendonly", "yes", "--appendfsync", "always"}
+	}, "sentinel failover-timeout mymaster 3000")
+	nm := &nemesis{t: t, set: set, dir: t.TempDir(), replicas: replicas, faults: map[string]int{}, killed: map[int]int64{}}
+	for _, s := range set.servers {
+		nm.admins = append(nm.admins, s.Client(t))
+	}
+	var dial []string
+	for i := range set.repl {
+		dial = append(dial, set.repl[i].Addr()+"="+set.front[i].Addr())
+	}
+	nm.env = []string{"NEMESIS_SENTINEL=" + set.sentinel.Addr, "NEMESIS_DIAL=" + strings.Join(dial, ","),
+		"NEMESIS_RESOURCE=" + redisserver.Start(t).Addr, "NEMESIS_REPLICAS=" + strconv.Itoa(replicas)}
+	for range 3 {
+		nm.startChild()
+	}
+
+	// Faults beside the others, overlapping: one every 100-400 ms, each in
+	// a goroutine of its own.
+	ctx, stop := context.WithCancel(context.Background())
+	var light sync.WaitGroup
+	light.Add(1)
+	go func() {
+		defer light.Done()
+		for ctx.Err() == nil {
+			f := lightFaults[rand.IntN(len(lightFaults))]
+			nm.count(f.name)
+			light.Add(1)
+			go func() { defer light.Done(); f.run(nm) }()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(100+rand.IntN(300)) * time.Millisecond):
+			}
+		}
+	}()
+	// The servers' faults, one at a time, in a shuffled round of all, and
+	// killed processes replaced.
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		for _, k := range rand.Perm(len(serverFaultKinds)) {
+			if !time.Now().Before(deadline) {
+				break
+			}
+			f := serverFaultKinds[k]
+			nm.count(f.name)
+			f.run(nm)
+			nm.settle()
+			for nm.aliveCount() < 3 {
+				nm.startChild() // in place of one killed
+			}
+			time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
+		}
+	}
+	stop()
+	light.Wait()
+	for _, p := range append(set.repl, set.front...) {
+		p.release()
+		p.dropReplies.Store(0)
+	}
+	for _, a := range nm.admins {
+		a.ConfigSet(context.Background(), "maxmemory", "0")
+	}
+	nm.settle()
+	for _, c := range nm.children {
+		if c.dead {
+			continue
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		c.stdin.Close()
+	}
+	for _, c := range nm.children {
+		if c.dead {
+			continue
+		}
+		expectLine(t, c.lines, "done")
+		if err := c.cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v", c.base, err)
+		}
+	}
+	nm.check(d)
+}
+
+// aliveCount returns how many children run.
+func (nm *nemesis) aliveCount() int {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	n := 0
+	for _, c := range nm.children {
+		if !c.dead {
+			n++
+		}
+	}
+	return n
+}
+
+// check reads the histories, checks them, and reports a line per
+// primitive.
+func (nm *nemesis) check(d time.Duration) {
+	t := nm.t
+	paths, _ := filepath.Glob(filepath.Join(nm.dir, "history-*"))
+	holds := make([][]holdOp, len(nemesisPrimitives))
+	sections := make([][][2]holdOp, len(nemesisPrimitives))
+	writes := make([][]fencedOp, len(nemesisPrimitives))
+	kept := 0
+	for _, path := range paths {
+		base, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), "history-"))
+		ops, err := parseNemesisOps(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := map[int]nemesisOp{} // each client's take without its give yet
+		for _, op := range ops {
+			if op.fenced != nil {
+				writes[op.prim] = append(writes[op.prim], *op.fenced)
+				continue
+			}
+			holds[op.prim] = append(holds[op.prim], op.hold)
+			if op.hold.Take {
+				open[op.hold.Client] = op
+				continue
+			}
+			take := open[op.hold.Client]
+			delete(open, op.hold.Client)
+			sections[op.prim] = append(sections[op.prim], [2]holdOp{take.hold, op.hold})
+			for _, at := range nm.failovers {
+				if op.released && take.hold.Return < at && at < op.hold.Call {
+					kept++ // held across a failover, and released as held
+					break
+				}
+			}
+		}
+		for _, take := range open { // its process was killed holding: a lease later at most
+			at, ok := nm.killed[base]
+			if !ok {
+				t.Errorf("client %d took %s and never gave it back", take.hold.Client, nemesisPrimitives[take.prim].name)
+				continue
+			}
+			give := holdOp{Client: take.hold.Client, Shared: take.hold.Shared, Call: max(at, take.hold.Return), Return: max(at, take.hold.Return) + int64(nemesisLease)}
+			holds[take.prim] = append(holds[take.prim], give)
+			sections[take.prim] = append(sections[take.prim], [2]holdOp{take.hold, give})
+		}
+	}
+	injected := 0
+	var kinds []string
+	for k, n := range nm.faults {
+		injected += n
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(kinds)
+	name, label := "33. nemesis, WithReplicas(1)", "WithReplicas(1)"
+	if nm.replicas == 0 {
+		name, label = "33b. nemesis, without WithReplicas", "without WithReplicas"
+	}
+	var total int64
+	for i, p := range nemesisPrimitives {
+		violations := overlaps(p.n, sections[i])
+		history := make([]porcupine.Operation, len(holds[i]))
+		for j, op := range holds[i] {
+			history[j] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
+		}
+		verdict := porcupine.CheckOperationsTimeout(holdersModel(p.n), history, time.Minute)
+		if p.fenced {
+			fenced := make([]porcupine.Operation, len(writes[i]))
+			for j, op := range writes[i] {
+				fenced[j] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
+			}
+			if r := porcupine.CheckOperationsTimeout(fencedRegister, fenced, time.Minute); r != porcupine.Ok {
+				t.Logf("%s: %d fenced writes: %v against a fenced register", p.name, len(writes[i]), r)
+				if r == porcupine.Illegal {
+					violations++
+				}
+			}
+		}
+		if verdict == porcupine.Illegal && violations == 0 {
+			violations = 1
+		} else if verdict == porcupine.Unknown {
+			t.Errorf("%s: %d operations not decided in a minute", p.name, len(holds[i]))
+		}
+		if len(sections[i]) < 20 {
+			t.Errorf("%s: only %d sections", p.name, len(sections[i]))
+		}
+		total += int64(violations)
+		model := map[int]string{0: "readers-writers", 1: "a lock", 2: "a semaphore of 2"}[p.n]
+		if p.fenced {
+			model += " and a fenced register"
+		}
+		recordFault(t, faultRow{Case: name + ": " + p.name, Injection: fmt.Sprintf("every primitive at once, %d workers in 3 processes, for %v; the faults below", 3*(p.workers+p.writers), d),
+			Promise: "porcupine finds " + model + " that explains every section; no two holders believe at once beyond the kind's bound",
+			Runs:    int64(len(sections[i])), Faults: int64(injected), Violations: int64(violations), Measured: nm.replicas == 0})
+	}
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	summary := fmt.Sprintf("nemesis (%s, %v): %d faults (%s); %d failovers, %d of them to a lagging replica; %d holds released after a failover they were held across; %d violations",
+		label, d, injected, strings.Join(kinds, ", "), len(nm.failovers), nm.lagging, kept, total)
+	t.Log(summary)
+	faultReport.Lock()
+	faultReport.summary = append(faultReport.summary, summary)
+	faultReport.Unlock()
+}
