@@ -42,15 +42,13 @@ func startSentinelSet(t *testing.T, replicas int, args func(i int) []string, con
 		}
 		srv := redisserver.Start(t, more...)
 		repl, front := startProxy(t, srv.Addr), startProxy(t, srv.Addr)
-		_, port, _ := strings.Cut(repl.Addr(), ":")
+		set.servers, set.repl, set.front = append(set.servers, srv), append(set.repl, repl), append(set.front, front)
+		set.announce(t, i)
 		c := srv.Client(t)
-		must(t, c.ConfigSet(ctx, "replica-announce-ip", "127.0.0.1").Err())
-		must(t, c.ConfigSet(ctx, "replica-announce-port", port).Err())
 		if i > 0 {
 			_, primary, _ := strings.Cut(set.repl[0].Addr(), ":")
 			must(t, c.Do(ctx, "REPLICAOF", "127.0.0.1", primary).Err())
 		}
-		set.servers, set.repl, set.front = append(set.servers, srv), append(set.repl, repl), append(set.front, front)
 	}
 	set.waitOnline(t, 0, replicas)
 	set.sentinel = redisserver.StartSentinel(t, "mymaster", set.repl[0].Addr(), conf...)
@@ -63,14 +61,30 @@ func startSentinelSet(t *testing.T, replicas int, args func(i int) []string, con
 	return set
 }
 
+// announce has server i announce its repl proxy's address to its
+// primary, from which the Sentinel learns it.
+func (set *sentinelSet) announce(t *testing.T, i int) {
+	t.Helper()
+	ctx := context.Background()
+	_, port, _ := strings.Cut(set.repl[i].Addr(), ":")
+	c := redis.NewClient(&redis.Options{Addr: set.servers[i].Addr})
+	defer c.Close()
+	must(t, c.ConfigSet(ctx, "replica-announce-ip", "127.0.0.1").Err())
+	must(t, c.ConfigSet(ctx, "replica-announce-port", port).Err())
+}
+
+// restart kills server i and starts it again, as a primary of what it
+// persisted, announcing its address again.
+func (set *sentinelSet) restart(t *testing.T, i int) {
+	t.Helper()
+	set.servers[i].Restart(t)
+	set.announce(t, i)
+}
+
 // waitOnline waits until server i, a primary, counts n replicas online.
 func (set *sentinelSet) waitOnline(t *testing.T, i, n int) {
 	t.Helper()
-	c := set.servers[i].Client(t)
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d replicas online", n), func() bool {
-		info := c.Info(context.Background(), "replication").Val()
-		return strings.Contains(info, "role:master") && strings.Count(info, "state=online") >= n
-	})
+	set.servers[i].WaitReplicas(t, n)
 }
 
 // dial dials a server's front proxy for its announced address.
@@ -297,7 +311,7 @@ func TestFailoverWithAndWithoutReplicas(t *testing.T) {
 			set := startSentinelSet(t, 1, args)
 			a := NewRedisLock(FromGoRedis(set.client(t)), "restart", WithReplicas(1), WithExpiry(lease), WithFencing())
 			mustAcquire(t, a)
-			set.servers[0].Restart(t)
+			set.restart(t, 0)
 			set.waitOnline(t, 0, 1)
 			var o outcome
 			b := bTakes(t, set, &o, a, WithReplicas(1), WithFencing())

@@ -144,6 +144,7 @@ func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared
 	}
 	record("H %d %d %t true %d %d true\n", prim, client, shared, call, time.Now().UnixNano())
 	until := rl.Until()
+	record("U %d %d %d\n", prim, client, until.UnixNano()) // its belief's end, should its process be killed
 	if nemesisPrimitives[prim].fenced && believes(rl) {
 		key := nemesisPrimitives[prim].key + ":resource"
 		op := fencedOp{Key: key, Client: client, Token: rl.Token(), Call: time.Now().UnixNano()}
@@ -154,13 +155,31 @@ func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared
 			}
 		}
 	}
-	time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
-	if u := rl.Until(); !u.IsZero() {
-		until = u
+	hold := time.Duration(rand.IntN(3000)) * time.Microsecond
+	if rand.IntN(16) == 0 { // a long section: renewed, across faults
+		hold = time.Duration(300+rand.IntN(1200)) * time.Millisecond
 	}
-	end := time.Now()
-	if !believes(rl) && until.Before(end) {
-		end = until // its belief ended with its lease, by its own accounting
+	// It believes until it learns of a loss (Done), or until its lease
+	// ends by its own accounting (Until, sampled every 20 ms: a process
+	// stopped past its lease learns only when it runs again).
+	var end time.Time
+	tick := time.NewTicker(20 * time.Millisecond)
+	for done := time.After(hold); end.IsZero(); {
+		select {
+		case <-done:
+			end = time.Now()
+		case <-rl.Done():
+			end = time.Now()
+		case <-tick.C:
+		}
+		if u := rl.Until(); !u.IsZero() && !u.Equal(until) {
+			until = u
+			record("U %d %d %d\n", prim, client, until.UnixNano())
+		}
+	}
+	tick.Stop()
+	if until.Before(end) {
+		end = until
 	}
 	ok, err := rl.ReleaseCtx(context.Background())
 	ret := time.Now()
@@ -172,12 +191,14 @@ func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared
 }
 
 // nemesisOp is a line of a child's history: a holdOp of a primitive (and
-// whether a give's release returned true), or a fenced write.
+// whether a give's release returned true), a fenced write, or the end of
+// a client's lease by its own accounting (until: "U" lines).
 type nemesisOp struct {
 	prim     int
 	hold     holdOp
 	released bool
 	fenced   *fencedOp
+	until    int64
 }
 
 func parseNemesisOps(path string) ([]nemesisOp, error) {
@@ -195,6 +216,8 @@ func parseNemesisOps(path string) ([]nemesisOp, error) {
 		switch {
 		case strings.HasPrefix(line, "H "):
 			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.hold.Shared, &op.hold.Take, &op.hold.Call, &op.hold.Return, &op.released)
+		case strings.HasPrefix(line, "U "):
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.until)
 		case strings.HasPrefix(line, "F "):
 			op.fenced = &fencedOp{}
 			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &op.fenced.Accepted, &op.fenced.Call, &op.fenced.Return)
@@ -229,10 +252,10 @@ var fencedRegister = porcupine.Model{
 	DescribeOperation: func(input, _ any) string { return input.(fencedOp).String() },
 }
 
-// overlaps counts the moments at which more holders believed they held
+// overlaps returns the moments at which more holders believed they held
 // than the kind allows: a section believes from its take's return to its
 // give's call.
-func overlaps(n int, sections [][2]holdOp) int {
+func overlaps(n int, sections [][2]holdOp) []int64 {
 	type edge struct {
 		at     int64
 		delta  int // +1 in, -1 out
@@ -250,7 +273,8 @@ func overlaps(n int, sections [][2]holdOp) int {
 		}
 		return edges[i].delta < edges[j].delta // out before in
 	})
-	var shares, exclusive, bad int
+	var shares, exclusive int
+	var bad []int64
 	for _, e := range edges {
 		if e.shared {
 			shares += e.delta
@@ -258,10 +282,31 @@ func overlaps(n int, sections [][2]holdOp) int {
 			exclusive += e.delta
 		}
 		if e.delta > 0 && (exclusive > 1 || exclusive > 0 && shares > 0 || n > 0 && shares > n) {
-			bad++
+			bad = append(bad, e.at)
 		}
 	}
 	return bad
+}
+
+// explain returns the sections that believed at moment at, and the faults
+// of the 3 s before it.
+func (nm *nemesis) explain(at int64, sections [][2]holdOp, released map[[2]holdOp]bool) string {
+	var b strings.Builder
+	ts := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
+	fmt.Fprintf(&b, "  at %s:\n", ts(at))
+	for _, s := range sections {
+		if s[0].Return <= at && at < s[1].Call {
+			fmt.Fprintf(&b, "    client %d shared=%v: take [%s, %s], give [%s, %s], released %v\n", s[0].Client, s[0].Shared,
+				ts(s[0].Call), ts(s[0].Return), ts(s[1].Call), ts(s[1].Return), released[s])
+		}
+	}
+	for _, line := range nm.log {
+		when, what, _ := strings.Cut(line, " ")
+		if ns, _ := strconv.ParseInt(when, 10, 64); ns > at-int64(3*time.Second) && ns <= at {
+			fmt.Fprintf(&b, "    fault at %s: %s\n", ts(ns), what)
+		}
+	}
+	return b.String()
 }
 
 // nemesisDuration is how long the nemesis runs with WithReplicas:
@@ -297,6 +342,7 @@ type nemesis struct {
 
 	mu        sync.Mutex
 	faults    map[string]int
+	log       []string // each fault and its time, for a report of violations
 	children  []*nemesisWorkers
 	killed    map[int]int64 // a killed child's first client: when
 	failovers []int64       // when a replica was promoted
@@ -316,6 +362,7 @@ type nemesisWorkers struct {
 func (nm *nemesis) count(kind string) {
 	nm.mu.Lock()
 	nm.faults[kind]++
+	nm.log = append(nm.log, fmt.Sprintf("%d %s", time.Now().UnixNano(), kind))
 	nm.mu.Unlock()
 }
 
@@ -437,7 +484,7 @@ var serverFaultKinds = []serverFault{
 		i := rand.IntN(len(nm.set.servers))
 		nm.set.servers[i].Stop()
 		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
-		nm.set.servers[i].Restart(nm.t)
+		nm.set.restart(nm.t, i)
 	}},
 	{"DEBUG SLEEP of the primary", func(nm *nemesis) {
 		if p := nm.set.primary(); p >= 0 {
@@ -550,12 +597,16 @@ func runNemesis(t *testing.T, replicas int, d time.Duration) {
 	}()
 	// The servers' faults, one at a time, in a shuffled round of all, and
 	// killed processes replaced.
+	kinds := serverFaultKinds
+	if replicas == 0 { // what it measures: failovers to a lagging replica
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(f serverFault) bool { return f.name != "Sentinel failover to a lagging replica" })
+	}
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
-		for _, k := range rand.Perm(len(serverFaultKinds)) {
+		for _, k := range rand.Perm(len(kinds)) {
 			if !time.Now().Before(deadline) {
 				break
 			}
-			f := serverFaultKinds[k]
+			f := kinds[k]
 			nm.count(f.name)
 			f.run(nm)
 			nm.settle()
@@ -616,6 +667,7 @@ func (nm *nemesis) check(d time.Duration) {
 	sections := make([][][2]holdOp, len(nemesisPrimitives))
 	writes := make([][]fencedOp, len(nemesisPrimitives))
 	kept := 0
+	released := map[[2]holdOp]bool{}
 	for _, path := range paths {
 		base, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), "history-"))
 		ops, err := parseNemesisOps(path)
@@ -623,9 +675,14 @@ func (nm *nemesis) check(d time.Duration) {
 			t.Fatal(err)
 		}
 		open := map[int]nemesisOp{} // each client's take without its give yet
+		until := map[int]int64{}    // and the end of its lease it knew last
 		for _, op := range ops {
-			if op.fenced != nil {
+			switch {
+			case op.fenced != nil:
 				writes[op.prim] = append(writes[op.prim], *op.fenced)
+				continue
+			case op.until != 0:
+				until[op.hold.Client] = op.until
 				continue
 			}
 			holds[op.prim] = append(holds[op.prim], op.hold)
@@ -636,6 +693,7 @@ func (nm *nemesis) check(d time.Duration) {
 			take := open[op.hold.Client]
 			delete(open, op.hold.Client)
 			sections[op.prim] = append(sections[op.prim], [2]holdOp{take.hold, op.hold})
+			released[[2]holdOp{take.hold, op.hold}] = op.released
 			for _, at := range nm.failovers {
 				if op.released && take.hold.Return < at && at < op.hold.Call {
 					kept++ // held across a failover, and released as held
@@ -643,13 +701,17 @@ func (nm *nemesis) check(d time.Duration) {
 				}
 			}
 		}
-		for _, take := range open { // its process was killed holding: a lease later at most
+		for _, take := range open { // its process was killed holding: it believed until then, or its lease's end
 			at, ok := nm.killed[base]
 			if !ok {
 				t.Errorf("client %d took %s and never gave it back", take.hold.Client, nemesisPrimitives[take.prim].name)
 				continue
 			}
-			give := holdOp{Client: take.hold.Client, Shared: take.hold.Shared, Call: max(at, take.hold.Return), Return: max(at, take.hold.Return) + int64(nemesisLease)}
+			if u, ok := until[take.hold.Client]; ok && u < at {
+				at = u // stopped before it was killed
+			}
+			at = max(at, take.hold.Return)
+			give := holdOp{Client: take.hold.Client, Shared: take.hold.Shared, Call: at, Return: at + int64(nemesisLease)}
 			holds[take.prim] = append(holds[take.prim], give)
 			sections[take.prim] = append(sections[take.prim], [2]holdOp{take.hold, give})
 		}
@@ -667,7 +729,15 @@ func (nm *nemesis) check(d time.Duration) {
 	}
 	var total int64
 	for i, p := range nemesisPrimitives {
-		violations := overlaps(p.n, sections[i])
+		moments := overlaps(p.n, sections[i])
+		violations := len(moments)
+		if violations > 0 && nm.replicas > 0 {
+			var b strings.Builder
+			for _, at := range moments[:min(len(moments), 5)] {
+				b.WriteString(nm.explain(at, sections[i], released))
+			}
+			t.Errorf("%s: %d moments with more holders than %s allows; the first:\n%s", p.name, violations, p.name, b.String())
+		}
 		history := make([]porcupine.Operation, len(holds[i]))
 		for j, op := range holds[i] {
 			history[j] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}

@@ -34,11 +34,8 @@ func startReplicated(t *testing.T) *replicated {
 	link := startProxy(t, primary.Addr)
 	_, port, _ := strings.Cut(link.Addr(), ":")
 	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", port)
-	rs := &replicated{primary: primary, replica: replica, link: link, rc: replica.Client(t)}
-	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
-		return strings.Contains(rs.rc.Info(context.Background(), "replication").Val(), "master_link_status:up")
-	})
-	return rs
+	primary.WaitReplicas(t, 1)
+	return &replicated{primary: primary, replica: replica, link: link, rc: replica.Client(t)}
 }
 
 // holds reports whether the replica has owner as the holder of key: its
@@ -401,6 +398,43 @@ func TestClusterReplicas(t *testing.T) {
 		mustRelease(t, rl)
 		if ok, err := NewRedisLock(FromGoRedis(c), off, opts...).Acquire(); ok || !errors.Is(err, ErrNotReplicated) || store.Ambiguous(err) {
 			t.Fatalf("%s on a primary without replicas: %v, %v", kind.name, ok, err)
+		}
+	}
+}
+
+// TestReplicasACL: WithReplicas needs INFO (in @dangerous) and WAIT, and
+// the PEXPIREAT and PEXPIRETIME of call.lua: the documented ACL with
+// +info is enough; without INFO, WAIT or PEXPIREAT an acquisition is
+// refused, naming the command, before it writes anything.
+func TestReplicasACL(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := context.Background()
+	admin := rs.primary.Client(t)
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "~app:*", "~{app:*", "&app:*", "&{app:*", "+@all", "-@dangerous", "+info").Err())
+	c := redis.NewClient(&redis.Options{Addr: rs.primary.Addr, Username: "app", Password: "pw"})
+	defer c.Close()
+	for _, kind := range replicaKinds {
+		holder := NewRedisLock(FromGoRedis(c), "app:"+kind.name, append([]Option{WithReplicas(1)}, kind.opts...)...)
+		mustAcquire(t, holder)
+		mustAcquire(t, holder)
+		if !rs.holds(holder.Key(), holder.Owner()) {
+			t.Fatalf("%s: not on the replica", kind.name)
+		}
+		mustRelease(t, holder)
+		mustRelease(t, holder)
+	}
+	for _, command := range []string{"info", "wait", "pexpireat"} {
+		c, _ := aclUser(t, rs.primary, "no"+command, "-"+command)
+		for _, kind := range replicaKinds {
+			key := "no" + command + ":" + kind.name
+			ok, err := NewRedisLock(FromGoRedis(c), key, append([]Option{WithReplicas(1)}, kind.opts...)...).Acquire()
+			if ok {
+				t.Fatalf("%s without %s: acquired", kind.name, command)
+			}
+			refusedBy(t, kind.name+" without "+command, err, command)
+			if keys := admin.Keys(ctx, "*"+key+"*").Val(); len(keys) != 0 {
+				t.Fatalf("%s without %s: wrote %v", kind.name, command, keys)
+			}
 		}
 	}
 }

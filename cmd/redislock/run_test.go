@@ -548,9 +548,7 @@ func TestRunPermitsAndShared(t *testing.T) {
 func TestRunReplicas(t *testing.T) {
 	primary := redisserver.Start(t)
 	replica := redisserver.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	for !strings.Contains(replica.Client(t).Info(context.Background(), "replication").Val(), "master_link_status:up") {
-		time.Sleep(20 * time.Millisecond)
-	}
+	primary.WaitReplicas(t, 1)
 	cli := redisserver.Binary(t, "redis-cli")
 	seen := filepath.Join(t.TempDir(), "seen")
 	var out lockedBuffer

@@ -203,6 +203,24 @@ func (s *Server) Signal(tb testing.TB, sig os.Signal) {
 	}
 }
 
+// WaitReplicas waits until the server, a primary, counts n replicas
+// online: synced and acknowledging (a replica that synced without a disk
+// is put online at its first acknowledgement, up to a second later).
+func (s *Server) WaitReplicas(tb testing.TB, n int) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		if strings.Count(info, "state=online") >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redisserver: %s has not %d replicas online: %s", s.Addr, n, info)
+		}
+	}
+}
+
 // Client returns a new go-redis client of the server, closed when tb's test ends.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})

@@ -57,23 +57,29 @@ end
 local function guarded(body)
     local replicas = string.match(ARGV[#ARGV] or "", "^redislock:replicas=(%d+)$")
     if replicas then
-        replicas = tonumber(replicas)
-        ARGV[#ARGV] = nil
-        local _, online = string.gsub(call("INFO", "replication"), "state=online", "")
-        if online < replicas then
-            return redis.error_reply("REDISLOCK_REPLICAS " .. online .. " " .. replicas)
-        end
-        need("WAIT", "0", "0")
-        need("PEXPIRETIME", KEYS[1])
-        need("PEXPIREAT", KEYS[1], "0")
+        replicas, ARGV[#ARGV] = tonumber(replicas), nil
     end
-    local ok, reply = pcall(body)
-    if ok and replicas and (reply == "OK" or type(reply) == "table" and reply[1] == "OK") then
-        local at = redis.pcall("PEXPIRETIME", KEYS[1])
-        if type(at) == "number" and at > 0 then
-            call("PEXPIREAT", KEYS[1], at)
+    local ok, reply = pcall(function()
+        if replicas then
+            local _, online = string.gsub(check(redis.pcall("INFO", "replication"), "INFO"), "state=online", "")
+            if online < replicas then
+                return redis.error_reply("REDISLOCK_REPLICAS " .. online .. " " .. replicas)
+            end
+            if redis.acl_check_cmd and not redis.acl_check_cmd("WAIT", "0", "0") then
+                check({err = "NOPERM this user has no permissions to run the 'wait' command"}, "WAIT")
+            end
+            need("PEXPIRETIME", KEYS[1])
+            need("PEXPIREAT", KEYS[1], "0")
         end
-    end
+        local reply = body()
+        if replicas and (reply == "OK" or type(reply) == "table" and reply[1] == "OK") then
+            local at = redis.pcall("PEXPIRETIME", KEYS[1])
+            if type(at) == "number" and at > 0 then
+                call("PEXPIREAT", KEYS[1], at)
+            end
+        end
+        return reply
+    end)
     if ok or type(reply) == "table" then
         return reply
     end
