@@ -159,12 +159,7 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *s
 	sent := rl.locker.clock.Now()
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
 	switch {
-	case lagging(err):
-		// The lock may be fw's, taken or handed over: kept, for the next
-		// attempt to take over once the replicas have it.
-		countAcquire(false, false, err)
-		return false, replicasTimeout(fw.lease), opErr("acquire", rl.key, err)
-	case err != nil:
+	case err != nil: // not replicated (lagging): the lock may be fw's, for the wait's next attempt to take over
 		countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)
 	case token >= 0:
