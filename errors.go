@@ -68,6 +68,13 @@ var (
 	ErrNotReplicated = store.ErrNotReplicated
 	// ErrInvalidReplicas reports a negative number given to WithReplicas.
 	ErrInvalidReplicas = errors.New("redislock: invalid replicas")
+	// ErrNotAcquired reports that AcquireWait or Do gave up: its context ended,
+	// or its wait timeout passed (the error then matches ctx.Err() or
+	// context.DeadlineExceeded too), or its RetryStrategy ran out.
+	ErrNotAcquired = errors.New("redislock: not acquired")
+	// ErrLockerClosed reports a call on a lock of a Locker that was closed, and
+	// is why the holds it ended ended.
+	ErrLockerClosed = errors.New("redislock: locker closed")
 )
 
 // opErr is err from operation op on key: "redislock: op "key": err",
@@ -82,7 +89,13 @@ type opError struct {
 }
 
 func (e *opError) Error() string {
-	return fmt.Sprintf("redislock: %s %q: %s", e.op, e.key, strings.TrimPrefix(e.err.Error(), "redislock: "))
+	return fmt.Sprintf("redislock: %s %q: %s", e.op, e.key, bare(e.err))
 }
 
 func (e *opError) Unwrap() error { return e.err }
+
+// bare is err's message without the "redislock: " it may start with, for
+// a message that says it already.
+func bare(err error) string {
+	return strings.TrimPrefix(err.Error(), "redislock: ")
+}

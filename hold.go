@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redislock/redislock/internal/renew"
@@ -127,12 +126,6 @@ func (rl *RedisLock) closeLocked(h *hold, cause error) {
 		h.endLife(cmp.Or(cause, errReleased))
 	}
 	close(h.done)
-}
-
-// bare is err's message without the "redislock: " it may start with, for
-// a message that says it already.
-func bare(err error) string {
-	return strings.TrimPrefix(err.Error(), "redislock: ")
 }
 
 // leaseRanOutLocked ends h, whose lease ran out by our own accounting,

@@ -15,10 +15,6 @@ import (
 	"github.com/redislock/redislock/internal/wake"
 )
 
-// ErrLockerClosed reports a call on a lock of a Locker that was closed, and
-// is why the holds it ended ended.
-var ErrLockerClosed = errors.New("redislock: locker closed")
-
 // A Locker makes the locks of one Redis client and owns what they share:
 // one set of defaults, a key namespace (WithPrefix), the renewal scheduler,
 // the wake-up subscriptions, the clock, and their lifetime: Close ends every

@@ -167,3 +167,29 @@ const (
 	// at the maximum hold, of an abandoned attempt, and Do's.
 	selfReleaseTimeout = 2 * time.Second
 )
+
+// WithRetry sets how AcquireWait paces its attempts when no wake-up arrives
+// (DefaultRetry if not set; nil leaves it as it was). An invalid strategy from FixedRetry,
+// ExponentialRetry or LimitRetry is reported as ErrInvalidExpiry by
+// AcquireWait.
+func WithRetry(s RetryStrategy) Option {
+	return func(o *options) {
+		if s != nil {
+			o.retry = s
+		}
+	}
+}
+
+// WithPubSub sets the client whose pub/sub wakes AcquireWait when the lock is
+// released. A RedisLock made with FromGoRedis uses that client by default;
+// give one for go-zero's store, which exposes no pub/sub. WithPubSub(nil)
+// turns wake-ups off: AcquireWait then paces its attempts by its
+// RetryStrategy alone.
+func WithPubSub(s Subscriber) Option {
+	return func(o *options) {
+		o.pubsub, o.pubsubSet = s, true
+		if store.IsNil(s) {
+			o.pubsub = nil
+		}
+	}
+}

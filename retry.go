@@ -103,15 +103,3 @@ func retryErr(s RetryStrategy) error {
 	}
 	return nil
 }
-
-// WithRetry sets how AcquireWait paces its attempts when no wake-up arrives
-// (DefaultRetry if not set; nil leaves it as it was). An invalid strategy from FixedRetry,
-// ExponentialRetry or LimitRetry is reported as ErrInvalidExpiry by
-// AcquireWait.
-func WithRetry(s RetryStrategy) Option {
-	return func(o *options) {
-		if s != nil {
-			o.retry = s
-		}
-	}
-}

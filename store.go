@@ -36,3 +36,9 @@ func FromGoRedis(c redis.Scripter) Scripter {
 type Evaler interface {
 	EvalCtx(ctx context.Context, script string, keys []string, args ...any) (any, error)
 }
+
+// Subscriber is what wake-ups need from a go-redis client: Client,
+// ClusterClient, Ring and every UniversalClient have it.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}

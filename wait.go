@@ -12,11 +12,6 @@ import (
 	"github.com/redislock/redislock/internal/wake"
 )
 
-// ErrNotAcquired reports that AcquireWait or Do gave up: its context ended,
-// or its wait timeout passed (the error then matches ctx.Err() or
-// context.DeadlineExceeded too), or its RetryStrategy ran out.
-var ErrNotAcquired = errors.New("redislock: not acquired")
-
 // AcquireWait blocks until this RedisLock holds the lock (a first
 // acquisition, or a re-entry), ctx ends, or the wait timeout of
 // WithWaitTimeout passes. As with AcquireCtx, ctx is the holding context of
