@@ -38,16 +38,6 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration, 
 	return true, 0, nil
 }
 
-// A mode is what a lock's kind changes in its calls: how a first
-// acquisition is attempted, alone or for a wait (its fencing token, or -1
-// and how long the holder's lease has left), and the scripts that release
-// and renew its holds.
-type mode struct {
-	take    func(rl *RedisLock, ctx context.Context, id string, lease time.Duration, waiting bool) (token int64, pttl time.Duration, err error)
-	release *store.Script
-	renew   *store.Script
-}
-
 // The modes of a lock, and of a fair lock (WithFairness), which is taken
 // only when no live waiter is queued, and handed over by its release.
 var (

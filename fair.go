@@ -31,9 +31,6 @@ func WithFairness() Option {
 // fair reports whether rl is a fair lock.
 func (rl *RedisLock) fair() bool { return rl.line != nil }
 
-// fenced reports whether rl mints fencing tokens.
-func (rl *RedisLock) fenced() bool { return len(rl.names.acquire) > 2 }
-
 // fairKeys returns the keys of fair_acquire.lua.
 func (rl *RedisLock) fairKeys() []string {
 	keys := []string{rl.key, rl.names.acquire[1], rl.names.queue, rl.names.waiters}
@@ -64,24 +61,6 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 func (rl *RedisLock) attemptNow(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {
 	token, pttl, _, err := rl.attemptFair(ctx, id, lease, 0)
 	return token, pttl, err
-}
-
-// fairLine is what the fair waits of one RedisLock share: one waits at a
-// time (turn), and a place in the queue left by a call that gave up passes
-// to the next (parked). waits and parked are guarded by RedisLock.mu.
-type fairLine struct {
-	turn   chan struct{}
-	waits  int         // AcquireWait calls under way
-	parked *fairWaiter // a place in the queue, left to the next call
-}
-
-// A fairWaiter is a fair wait's place in the key's queue in Redis.
-type fairWaiter struct {
-	id    string
-	lease time.Duration
-	seq   int64     // its score in the queue; 0 until it has one
-	until time.Time // a lock handed to it now would be valid until then, by our accounting
-	taken bool      // it holds the lock now
 }
 
 // beginFairWait counts a fair wait of rl and waits, within waitCtx, for its

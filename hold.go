@@ -12,45 +12,8 @@ import (
 	"github.com/zeromicro/go-zero/core/logx"
 )
 
-// holdState is where a hold is in its life.
-type holdState int
-
-const (
-	// renewing: the hold is live, and the watchdog (if any) renews it.
-	renewing holdState = iota
-	// expiring: the holding context ended; the hold is still live, nothing
-	// renews it any more, and it ends when its lease runs out (or at its
-	// Release, loss or maximum hold, whichever comes first).
-	expiring
-	// ended: Done is closed; err says why (nil after a release).
-	ended
-)
-
-// hold is one tenure of the lock, from a first acquisition to its end.
-type hold struct {
-	id      string
-	token   int64         // fencing token; 0 without WithFencing
-	lease   time.Duration // fixed for the hold's life
-	parent  context.Context
-	done    chan struct{}       // closed when the hold ends
-	unbind  func() bool         // stops the context.AfterFunc on parent
-	rl      *RedisLock          // whose hold it is
-	renewal *renew.Lease[*hold] // its deadlines and renewals, in its Locker's scheduler
-
-	// Guarded by RedisLock.mu.
-	state       holdState
-	err         error           // why it ended; nil while live and after a release
-	count       int             // acquisitions not yet released
-	selfRelease chan struct{}   // while its key is released at its maximum hold; closed when done
-	keyLeft     bool            // released without deleting the key: left to expire
-	life        context.Context // made on demand (Do): ends with the hold
-	endLife     context.CancelCauseFunc
-}
-
 // errReleased is the cause of a hold's life context after its release.
 var errReleased = errors.New("redislock: released")
-
-func (h *hold) live() bool { return h.state != ended }
 
 // beginHold makes the hold of id, with a lease of lease that lasts until
 // until by our accounting, and token, the lock's current hold, with one

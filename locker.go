@@ -15,35 +15,6 @@ import (
 	"github.com/redislock/redislock/internal/wake"
 )
 
-// A Locker makes the locks of one Redis client and owns what they share:
-// one set of defaults, a key namespace (WithPrefix), the renewal scheduler,
-// the wake-up subscriptions, the clock, and their lifetime: Close ends every
-// hold still held and returns once nothing of its locks runs. Make it with
-// NewLocker; the zero value is not usable. A Locker is safe for concurrent
-// use. The locks of NewRedisLock share their store's default Locker, which
-// lives as long as they do and is never closed.
-type Locker struct {
-	store    *store.Store
-	opts     []Option
-	clock    clock.Clock
-	renewals *renew.Scheduler[*hold] // its holds' renewals, lease deadlines and maximum holds
-	wake     *wake.Set               // its locks' wake-ups: one subscription per client
-	life     lifetime
-}
-
-// lifetime is a Locker's life: what Close ends and waits for.
-type lifetime struct {
-	shared   bool               // a store's default Locker: never closed
-	closing  context.Context    // ends when Close begins
-	shut     context.CancelFunc // ends closing
-	finished chan struct{}      // closed when Close returns
-	wg       sync.WaitGroup     // give-backs, self-releases, and its locks' waits
-
-	mu     sync.Mutex
-	joined bool    // Close has waited for its goroutines: start no more
-	late   []error // releases that failed after Close began
-}
-
 // failed records a release that failed after Close began, for Close to
 // return.
 func (l *Locker) failed(err error) {
@@ -125,18 +96,6 @@ func (l *Locker) spawn(f func()) {
 		defer l.life.wg.Done()
 		f()
 	}()
-}
-
-// enter counts one more goroutine that Close waits for, and reports false,
-// counting nothing, once Close has waited.
-func (l *Locker) enter() bool {
-	l.life.mu.Lock()
-	defer l.life.mu.Unlock()
-	if l.life.joined {
-		return false
-	}
-	l.life.wg.Add(1)
-	return true
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override
@@ -246,6 +205,3 @@ func (l *Locker) Close() error {
 	defer l.life.mu.Unlock()
 	return errors.Join(l.life.late...)
 }
-
-// isClosed reports whether Close was called.
-func (l *Locker) isClosed() bool { return l.life.closing.Err() != nil }

@@ -5,65 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
 )
-
-// A RedisLock is a lock on one Redis key. Make it with NewRedisLock; the zero
-// value and a nil *RedisLock are not usable (their methods report
-// ErrNilStore, or hold nothing). A RedisLock must not
-// be copied after first use.
-//
-// Ownership belongs to the RedisLock value, not to a goroutine: every
-// goroutine that calls Acquire on the same RedisLock shares its hold, and any
-// of them may Release it. Independent workers that must exclude each other
-// need a RedisLock each, even in one process.
-//
-// A RedisLock is safe for concurrent use; calls that talk to Redis (Acquire,
-// Release, TTL) are serialized, each waiting for its turn within its own
-// context, while Done, Err, Holds, Until, Token, Owner and Key never block.
-// Inspect, Break and Watch need no hold and do not wait for the others.
-//
-// A hold begins with a successful first acquisition and counts re-entries:
-// n successful acquisitions need n releases, and the key is deleted on the
-// last. It ends when the last acquisition is released, when the lock is
-// lost, at the maximum hold, or when its lease runs out after the context
-// given to the first acquisition ended (that context bounds the renewal, not
-// the lock). After a hold ended for any reason but Release, the
-// acquisitions it counted must still be released (each Release reports why
-// it ended); until then Acquire fails with the same error, so a lost lock is
-// never re-taken behind the back of code that believes it still holds it.
-type RedisLock struct {
-	key    string
-	names  names         // of its related keys and channel
-	err    error         // bad construction, reported by every call
-	opts   options       // as made; its lease is expiry's
-	expiry atomic.Int64  // the lease of the next first acquisition (SetExpire)
-	locker *Locker       // its own, or its store's default Locker
-	mode   *mode         // its kind's scripts
-	line   *fairLine     // a fair lock's waits; nil for others
-	op     chan struct{} // a token that serializes the calls that talk to Redis, taken within their context
-
-	// Locks are taken in this order: a RedisLock's mu, then its Locker's
-	// scheduler's or wake-up Set's. A RedisLock's mu is never held over a
-	// call to Redis.
-	mu    sync.Mutex    // guards cur, began, line's waits and parked, and the fields of holds marked so
-	cur   *hold         // the current or most recent hold
-	began chan struct{} // closed when the next hold begins; made by heldChange
-}
-
-// names are the Redis names a lock uses beside its key.
-type names struct {
-	acquire []string // key, abandoned attempts[, fencing counter]
-	release []string // key, record of recent releases[, queue, waiters, fencing counter]
-	channel string   // where releases are published
-	queue   string   // a fair lock's queue of waiters
-	waiters string   // a fair lock's hash of its waiters' liveness
-}
 
 // NewRedisLock returns a RedisLock on key, stored through store. Invalid
 // arguments are not reported here but by the first call that needs them.
@@ -158,21 +104,6 @@ func (rl *RedisLock) Key() string {
 		return ""
 	}
 	return rl.key
-}
-
-// check reports a RedisLock that cannot be used, and a nil context.
-func (rl *RedisLock) check(ctx context.Context) error {
-	switch {
-	case rl == nil:
-		return ErrNilStore
-	case rl.err != nil:
-		return rl.err
-	case rl.locker == nil || rl.op == nil:
-		return ErrNilStore
-	case ctx == nil:
-		return ErrNilContext
-	}
-	return nil
 }
 
 // Acquire is AcquireCtx with context.Background: the hold is renewed until
@@ -364,24 +295,4 @@ func (rl *RedisLock) Err() error {
 		return nil
 	}
 	return rl.cur.err
-}
-
-// lockOp takes the token of the calls that talk to Redis, within ctx.
-func (rl *RedisLock) lockOp(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case rl.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (rl *RedisLock) unlockOp() { <-rl.op }
-
-// lockerClosed reports whether rl's Locker was closed.
-func (rl *RedisLock) lockerClosed() bool {
-	return rl.locker.isClosed()
 }
