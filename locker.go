@@ -15,14 +15,6 @@ import (
 	"github.com/redislock/redislock/internal/wake"
 )
 
-// failed records a release that failed after Close began, for Close to
-// return.
-func (l *Locker) failed(err error) {
-	l.life.mu.Lock()
-	defer l.life.mu.Unlock()
-	l.life.late = append(l.life.late, err)
-}
-
 // NewLocker returns a Locker of store whose locks have opts as defaults.
 func NewLocker(store Scripter, opts ...Option) *Locker {
 	o := options{clock: clock.Real{}}
@@ -83,19 +75,6 @@ func defaultLocker(s Scripter, c clock.Clock) *Locker {
 		}
 	}, wk)
 	return l
-}
-
-// spawn runs f in a goroutine that Close waits for; once Close has
-// waited, it runs f in the caller's.
-func (l *Locker) spawn(f func()) {
-	if !l.enter() {
-		f()
-		return
-	}
-	go func() {
-		defer l.life.wg.Done()
-		f()
-	}()
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override
