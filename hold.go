@@ -214,3 +214,87 @@ func (rl *RedisLock) liveHold() *hold {
 	}
 	return nil
 }
+
+// Token returns the fencing token of the live hold (see WithFencing): 0 when
+// nothing is held or the lock is not fenced.
+func (rl *RedisLock) Token() int64 { return rl.snapshot().token }
+
+// snapshot returns what the accessors report of the live hold: all zero
+// when there is none.
+func (rl *RedisLock) snapshot() (s struct {
+	id    string
+	token int64
+	until time.Time
+	count int
+}) {
+	if rl == nil {
+		return s
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h := rl.liveHold(); h != nil {
+		s.id, s.token, s.until, s.count = h.id, h.token, rl.locker.renewals.Until(h.renewal), h.count
+	}
+	return s
+}
+
+// Owner returns the owner id of the live hold: the value of the key while
+// it is held, as Inspect and "redislock status" show it. It is "" when
+// nothing is held. Each hold has a fresh random id.
+func (rl *RedisLock) Owner() string { return rl.snapshot().id }
+
+// Until returns the end of the live hold's lease by the holder's own
+// conservative accounting: the time the latest successful acquisition,
+// re-entry or renewal was sent, plus the lease, less a margin of 1% + 2ms.
+// Redis may keep the key a little longer, never shorter, as long as clocks
+// run at the same rate. It is the zero time when nothing is held.
+func (rl *RedisLock) Until() time.Time { return rl.snapshot().until }
+
+// Holds returns how many acquisitions the live hold counts: 0 when nothing
+// is held, including after the hold ended.
+func (rl *RedisLock) Holds() int { return rl.snapshot().count }
+
+// Done returns a channel that is closed when the current hold ends: its last
+// release, its loss, its maximum hold, or the end of its lease after its
+// holding context ended. It is already closed when nothing is held. A new
+// hold has a new channel.
+func (rl *RedisLock) Done() <-chan struct{} {
+	if rl == nil {
+		return closedChan
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cur == nil {
+		return closedChan
+	}
+	return rl.cur.done
+}
+
+// Err returns nil while the lock is held, when nothing was held, and after a
+// release (also one whose round trip failed: the key then expires with its
+// lease, and ReleaseCtx returned the error). Otherwise it returns why the latest hold ended: an error
+// matching ErrLockLost (also when the final release found the key gone or
+// taken) or ErrMaxHoldExceeded, or the holding context's cause when the
+// lease ran out after that context ended.
+func (rl *RedisLock) Err() error {
+	if rl == nil {
+		return nil
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.cur == nil {
+		return nil
+	}
+	return rl.cur.err
+}
+
+// endedHoldErr returns why the current hold ended, while acquisitions it
+// counted are not yet released.
+func (rl *RedisLock) endedHoldErr() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if h := rl.cur; h != nil && h.count > 0 && !h.live() {
+		return h.err
+	}
+	return nil
+}

@@ -308,17 +308,6 @@ func (rl *RedisLock) attemptsFirst(fw *fairWaiter) bool {
 	return held || !queued
 }
 
-// endedHoldErr returns why the current hold ended, while acquisitions it
-// counted are not yet released.
-func (rl *RedisLock) endedHoldErr() error {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if h := rl.cur; h != nil && h.count > 0 && !h.live() {
-		return h.err
-	}
-	return nil
-}
-
 // heldChange returns a channel that is closed when the live hold of rl
 // ends, or when there is none, when the next one begins: a wait of rl
 // then re-enters it at once, whatever woke it and wherever it waits.
