@@ -40,13 +40,3 @@ func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error)
 	}
 	return fn(work)
 }
-
-// releaseDetached gives back one acquisition of h (of the current hold if
-// nil), as ReleaseCtx, within selfReleaseTimeout whatever ctx does: the
-// last one's release hands a fair lock on to its next waiter.
-func (rl *RedisLock) releaseDetached(ctx context.Context, h *hold) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
-	defer cancel()
-	_, err := rl.releaseOf(ctx, h)
-	return err
-}

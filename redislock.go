@@ -146,43 +146,6 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 	return rl.releaseOf(ctx, nil)
 }
 
-// releaseOf is ReleaseCtx of an acquisition of the hold of (any, if nil):
-// it gives back none of another hold.
-func (rl *RedisLock) releaseOf(ctx context.Context, of *hold) (bool, error) {
-	if err := rl.check(ctx); err != nil {
-		if ctx == nil && rl != nil && rl.err == nil && rl.op != nil {
-			rl.giveBackNow(of) // a deferred ReleaseCtx(nil) leaves nothing renewing
-		}
-		return false, err
-	}
-	if err := rl.lockOp(ctx); err != nil {
-		rl.giveBackNow(of)
-		return false, opErr("release", rl.key, err)
-	}
-	defer rl.unlockOp()
-
-	h, last, endErr := rl.giveBack(of)
-	switch {
-	case h == nil:
-		return false, nil
-	case last:
-		err := rl.releaseLast(ctx, h)
-		return err == nil, err
-	}
-	rl.releasedOne(ctx, h, endErr)
-	return endErr == nil, endErr
-}
-
-// giveBackNow gives one acquisition back without a round trip: the last
-// one ends the hold and stops its renewal, and the key expires with its
-// lease.
-func (rl *RedisLock) giveBackNow(of *hold) {
-	if h, last, _ := rl.giveBack(of); last {
-		rl.leftToExpire(h)
-		rl.countEnd(h, nil)
-	}
-}
-
 // TTL returns the remaining lease of the key as Redis sees it, checked
 // against our id: ErrNotHeld when this RedisLock holds nothing. When the key
 // turns out to be gone or taken, the hold ends with ErrLockLost and the error

@@ -57,3 +57,50 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 	// cannot bring back or extend the deleted key.
 	return err
 }
+
+// releaseOf is ReleaseCtx of an acquisition of the hold of (any, if nil):
+// it gives back none of another hold.
+func (rl *RedisLock) releaseOf(ctx context.Context, of *hold) (bool, error) {
+	if err := rl.check(ctx); err != nil {
+		if ctx == nil && rl != nil && rl.err == nil && rl.op != nil {
+			rl.giveBackNow(of) // a deferred ReleaseCtx(nil) leaves nothing renewing
+		}
+		return false, err
+	}
+	if err := rl.lockOp(ctx); err != nil {
+		rl.giveBackNow(of)
+		return false, opErr("release", rl.key, err)
+	}
+	defer rl.unlockOp()
+
+	h, last, endErr := rl.giveBack(of)
+	switch {
+	case h == nil:
+		return false, nil
+	case last:
+		err := rl.releaseLast(ctx, h)
+		return err == nil, err
+	}
+	rl.releasedOne(ctx, h, endErr)
+	return endErr == nil, endErr
+}
+
+// giveBackNow gives one acquisition back without a round trip: the last
+// one ends the hold and stops its renewal, and the key expires with its
+// lease.
+func (rl *RedisLock) giveBackNow(of *hold) {
+	if h, last, _ := rl.giveBack(of); last {
+		rl.leftToExpire(h)
+		rl.countEnd(h, nil)
+	}
+}
+
+// releaseDetached gives back one acquisition of h (of the current hold if
+// nil), as ReleaseCtx, within selfReleaseTimeout whatever ctx does: the
+// last one's release hands a fair lock on to its next waiter.
+func (rl *RedisLock) releaseDetached(ctx context.Context, h *hold) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), selfReleaseTimeout)
+	defer cancel()
+	_, err := rl.releaseOf(ctx, h)
+	return err
+}
