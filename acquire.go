@@ -38,12 +38,8 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration, 
 	return true, 0, nil
 }
 
-// The modes of a lock, and of a fair lock (WithFairness), which is taken
-// only when no live waiter is queued, and handed over by its release.
-var (
-	plainMode = &mode{take: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
-	fairMode  = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
-)
+// plainMode is the mode of a lock.
+var plainMode = &mode{take: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
 
 // attemptPlain runs acquire.lua for id. A wait's attempt keeps new shares
 // of a shared lock out for a second (or its lease, if shorter), and the

@@ -28,6 +28,10 @@ func WithFairness() Option {
 	return func(o *options) { o.fair = true }
 }
 
+// fairMode is the mode of a fair lock, which is taken only when no live
+// waiter is queued, and handed over by its release.
+var fairMode = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
+
 // fair reports whether rl is a fair lock.
 func (rl *RedisLock) fair() bool { return rl.line != nil }
 
@@ -61,55 +65,6 @@ func (rl *RedisLock) attemptFair(ctx context.Context, id string, lease, window t
 func (rl *RedisLock) attemptNow(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {
 	token, pttl, _, err := rl.attemptFair(ctx, id, lease, 0)
 	return token, pttl, err
-}
-
-// beginFairWait counts a fair wait of rl and waits, within waitCtx, for its
-// turn: one fair wait per RedisLock at a time, so that one that comes
-// meanwhile re-enters the lock the first takes, or waits on in its place.
-// It returns the place in the queue that a call which gave up left to it,
-// if any, and whether it has the turn; endFairWait ends it either way.
-func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, turn bool, err error) {
-	rl.mu.Lock()
-	rl.line.waits++
-	rl.mu.Unlock()
-	select {
-	case rl.line.turn <- struct{}{}: // a free turn is taken, whatever the wait timeout
-	default:
-		select {
-		case rl.line.turn <- struct{}{}:
-		case <-waitCtx.Done():
-			return nil, false, rl.gaveUp(waitCtx, nil)
-		case <-rl.lockerDone():
-			return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
-		}
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	fw, rl.line.parked = rl.line.parked, nil
-	return fw, true, nil
-}
-
-// endFairWait ends a fair wait that had the place fw in the queue (nil if
-// none). A place it did not take the lock with is the RedisLock's: it is
-// left to the next call's turn; the last call out takes it out of the
-// queue, passing on a lock handed to it, before its wait returns.
-func (rl *RedisLock) endFairWait(ctx context.Context, fw *fairWaiter, turn bool) {
-	rl.mu.Lock()
-	rl.line.waits--
-	if fw != nil && !fw.taken {
-		rl.line.parked = fw
-	}
-	var last *fairWaiter
-	if rl.line.waits == 0 {
-		last, rl.line.parked = rl.line.parked, nil
-	}
-	rl.mu.Unlock()
-	if turn {
-		<-rl.line.turn
-	}
-	if last != nil {
-		rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
-	}
 }
 
 // fairStep makes one step of the fair wait of fw, under rl.op: it re-enters

@@ -337,3 +337,52 @@ func (rl *RedisLock) leaseOfHold() time.Duration {
 func (rl *RedisLock) lockerDone() <-chan struct{} {
 	return rl.locker.life.closing.Done()
 }
+
+// beginFairWait counts a fair wait of rl and waits, within waitCtx, for its
+// turn: one fair wait per RedisLock at a time, so that one that comes
+// meanwhile re-enters the lock the first takes, or waits on in its place.
+// It returns the place in the queue that a call which gave up left to it,
+// if any, and whether it has the turn; endFairWait ends it either way.
+func (rl *RedisLock) beginFairWait(waitCtx context.Context) (fw *fairWaiter, turn bool, err error) {
+	rl.mu.Lock()
+	rl.line.waits++
+	rl.mu.Unlock()
+	select {
+	case rl.line.turn <- struct{}{}: // a free turn is taken, whatever the wait timeout
+	default:
+		select {
+		case rl.line.turn <- struct{}{}:
+		case <-waitCtx.Done():
+			return nil, false, rl.gaveUp(waitCtx, nil)
+		case <-rl.lockerDone():
+			return nil, false, opErr("wait for", rl.key, ErrLockerClosed)
+		}
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	fw, rl.line.parked = rl.line.parked, nil
+	return fw, true, nil
+}
+
+// endFairWait ends a fair wait that had the place fw in the queue (nil if
+// none). A place it did not take the lock with is the RedisLock's: it is
+// left to the next call's turn; the last call out takes it out of the
+// queue, passing on a lock handed to it, before its wait returns.
+func (rl *RedisLock) endFairWait(ctx context.Context, fw *fairWaiter, turn bool) {
+	rl.mu.Lock()
+	rl.line.waits--
+	if fw != nil && !fw.taken {
+		rl.line.parked = fw
+	}
+	var last *fairWaiter
+	if rl.line.waits == 0 {
+		last, rl.line.parked = rl.line.parked, nil
+	}
+	rl.mu.Unlock()
+	if turn {
+		<-rl.line.turn
+	}
+	if last != nil {
+		rl.letGo(ctx, last.id, last.lease, max(last.lease, abandonedFor), true)
+	}
+}
