@@ -4,15 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"runtime"
-	"sync"
-	"weak"
 
 	"github.com/redislock/redislock/internal/clock"
-	"github.com/redislock/redislock/internal/renew"
 	"github.com/redislock/redislock/internal/store"
-	"github.com/redislock/redislock/internal/wake"
 )
 
 // NewLocker returns a Locker of store whose locks have opts as defaults.
@@ -24,57 +18,6 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 		}
 	}
 	return newLocker(store, o.clock, opts, false)
-}
-
-func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
-	l := &Locker{store: store.New(s), opts: opts, clock: c, wake: wake.NewSet(c)}
-	l.life.shared, l.life.finished = shared, make(chan struct{})
-	l.life.closing, l.life.shut = context.WithCancel(context.Background())
-	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals)
-	return l
-}
-
-// defaultLockers holds the default Locker of each store (each client, for
-// FromGoRedis), both weakly: a Locker lives as long as its locks, and a
-// store dropped with its locks takes its Locker with it.
-var defaultLockers struct {
-	sync.Mutex
-	m map[weak.Pointer[byte]]weak.Pointer[Locker]
-}
-
-// defaultLocker returns store's default Locker on c: one per store (per
-// client, for FromGoRedis) on the real clock, while any of its locks
-// lives; one per lock on another clock (a test's) or for a store that is
-// not a pointer.
-func defaultLocker(s Scripter, c clock.Clock) *Locker {
-	key := reflect.ValueOf(s)
-	if client, ok := store.Client(s); ok {
-		key = reflect.ValueOf(client) // a pointer, as a rule
-	}
-	if _, real := c.(clock.Real); !real || store.IsNil(s) || key.Kind() != reflect.Pointer {
-		return newLocker(s, c, nil, true)
-	}
-	ptr := (*byte)(key.UnsafePointer())
-	wk := weak.Make(ptr)
-	d := &defaultLockers
-	d.Lock()
-	defer d.Unlock()
-	if l := d.m[wk].Value(); l != nil {
-		return l
-	}
-	l := newLocker(s, c, nil, true)
-	if d.m == nil {
-		d.m = map[weak.Pointer[byte]]weak.Pointer[Locker]{}
-	}
-	d.m[wk] = weak.Make(l)
-	runtime.AddCleanup(l, func(wk weak.Pointer[byte]) {
-		d.Lock()
-		defer d.Unlock()
-		if d.m[wk].Value() == nil { // not a newer Locker's
-			delete(d.m, wk)
-		}
-	}, wk)
-	return l
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override
