@@ -15,27 +15,28 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration, 
 	id := newID()
 	sent := rl.locker.clock.Now()
 	token, pttl, err := rl.mode.take(rl, ctx, id, lease, waiting)
-	switch {
-	case err != nil:
-		if store.Ambiguous(err) {
-			// The script may have run, its reply lost: the key may hold
-			// this attempt's id, which nobody else has; or it may run
-			// later. Give the id back, for good.
-			rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
-		}
-		return false, 0, opErr("acquire", rl.key, err)
-	case token < 0:
+	if err == nil && token < 0 {
 		return false, pttl, nil // held by another owner
+	}
+	abandon, now := max(lease, abandonedFor), false
+	switch {
+	case err != nil && !store.Ambiguous(err):
+		return false, 0, opErr("acquire", rl.key, err) // refused, or never sent: nothing to give back
+	case err != nil:
+		// The script may have run, its reply lost: the key may hold this
+		// attempt's id, which nobody else has; or it may run later. Give
+		// the id back, for good.
 	case ctx.Err() != nil:
 		// The caller gave up while the lock was being taken: give it back.
-		rl.letGo(ctx, id, lease, max(lease, abandonedFor), false)
-		return false, 0, opErr("acquire", rl.key, context.Cause(ctx))
+		err = context.Cause(ctx)
+	default:
+		if err = rl.beginHold(holding, id, lease, token, sent.Add(lease-renew.Margin(lease))); err == nil {
+			return true, 0, nil
+		}
+		abandon, now = 0, true // the key may hold id yet
 	}
-	if err := rl.beginHold(holding, id, lease, token, sent.Add(lease-renew.Margin(lease))); err != nil {
-		rl.letGo(ctx, id, lease, 0, true) // the key may hold id yet
-		return false, 0, opErr("acquire", rl.key, err)
-	}
-	return true, 0, nil
+	rl.letGo(ctx, id, lease, abandon, now)
+	return false, 0, opErr("acquire", rl.key, err)
 }
 
 // plainMode is the mode of a lock.

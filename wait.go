@@ -28,35 +28,33 @@ func (rl *RedisLock) AcquireWait(ctx context.Context) error {
 	if err := rl.check(ctx); err != nil {
 		return err
 	}
-	if l := rl.locker; !l.life.shared { // Close joins the waits of its locks
-		if l.isClosed() || !l.enter() {
-			return opErr("wait for", rl.key, ErrLockerClosed)
-		}
-		defer l.life.wg.Done()
-	}
-	start := time.Now()
-	err := rl.acquireWait(ctx)
-	countWait(start, err)
-	return err
+	return rl.acquireWait(ctx, ctx)
 }
 
-// acquireWait is AcquireWait. Its round trips run within ctx: holding,
-// also ended when a Locker that can close closes, so that Close waits for
-// no call past the client's timeout for it; a hold it begins keeps holding.
+// acquireWait is AcquireWait, its round trips within ctx, also ended when
+// a Locker that can close closes, so that Close waits for no call past the
+// client's timeout for it; a hold it begins has holding as its holding
+// context.
 //
 // One loop waits for plain and fair locks alike. Only the head of this
 // process's queue of the key attempts (a fair waiter always may: its queue
 // is in Redis), when told to (a release, a handoff to it, the head before
 // it leaving) or when its timer says: the holder's lease is over, the
 // RetryStrategy's pace without wake-ups, or a fair waiter's refresh.
-func (rl *RedisLock) acquireWait(holding context.Context) error {
+func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
+	if l := rl.locker; !l.life.shared { // Close joins the waits of its locks
+		if l.isClosed() || !l.enter() {
+			return opErr("wait for", rl.key, ErrLockerClosed)
+		}
+		defer l.life.wg.Done()
+	}
+	defer func(start time.Time) { countWait(start, err) }(time.Now())
 	if err := retryErr(rl.opts.retry); err != nil {
 		return err
 	}
-	ctx := holding
 	if !rl.locker.life.shared {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(holding)
+		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(rl.locker.life.closing, cancel)()
 	}
