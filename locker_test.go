@@ -745,3 +745,40 @@ func TestDefaultLockerGoesWithItsStore(t *testing.T) {
 	}
 	t.Fatal("the default Locker of a dropped store is still registered")
 }
+
+// Of each option, the last value given counts: a lock's own overrides its
+// Locker's, an invalid default included, and an invalid value of its own
+// overrides a valid default.
+func TestALocksOptionsOverrideItsLockers(t *testing.T) {
+	_, c := newMini(t)
+	cases := []struct {
+		name         string
+		locker, lock Option
+		err          error // of the invalid value
+	}{
+		{"WithReplicas", WithReplicas(-1), WithReplicas(0), ErrInvalidReplicas},
+		{"WithPermits", WithPermits(0), WithPermits(2), ErrInvalidPermits},
+		{"WithMaxHold", WithMaxHold(-time.Second), WithMaxHold(time.Minute), ErrInvalidExpiry},
+		{"WithWaitTimeout", WithWaitTimeout(0), WithWaitTimeout(time.Second), ErrInvalidExpiry},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLocker(FromGoRedis(c), tc.locker)
+			defer l.Close()
+			key := fmt.Sprintf("override:%d", i)
+			if ok, err := l.NewLock(key).Acquire(); ok || !errors.Is(err, tc.err) {
+				t.Fatalf("the Locker's invalid default alone: %v, %v; want false, %v", ok, err, tc.err)
+			}
+			rl := l.NewLock(key, tc.lock)
+			if ok, err := rl.Acquire(); !ok || err != nil {
+				t.Fatalf("the lock's own valid value over an invalid default: %v, %v; want true, nil", ok, err)
+			}
+			mustRelease(t, rl)
+			l2 := NewLocker(FromGoRedis(c), tc.lock)
+			defer l2.Close()
+			if ok, err := l2.NewLock(key, tc.locker).Acquire(); ok || !errors.Is(err, tc.err) {
+				t.Fatalf("the lock's own invalid value over a valid default: %v, %v; want false, %v", ok, err, tc.err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redislock/redislock/internal/clock"
@@ -33,7 +34,7 @@ type options struct {
 	shared   bool // WithShared
 	replicas int  // that acknowledge each write of a hold (WithReplicas); 0: none wait
 	clock    clock.Clock
-	err      error
+	invalid  []invalidOption // options given an invalid value last
 
 	waitTimeout time.Duration
 	prefix      string
@@ -41,6 +42,31 @@ type options struct {
 	retry     RetryStrategy
 	pubsub    Subscriber
 	pubsubSet bool // WithPubSub was given, maybe with nil
+}
+
+// An invalidOption is an option whose latest value was invalid, and why.
+type invalidOption struct {
+	name string
+	err  error
+}
+
+// judge records whether the value just given to the option name is
+// invalid, and reports whether it is valid: of each option, the last value
+// given counts, so that a lock's own overrides its Locker's.
+func (o *options) judge(name string, invalid bool, why func() error) bool {
+	o.invalid = slices.DeleteFunc(o.invalid, func(i invalidOption) bool { return i.name == name })
+	if invalid {
+		o.invalid = append(o.invalid, invalidOption{name, why()})
+	}
+	return !invalid
+}
+
+// err returns why the options are invalid, if they are.
+func (o *options) err() error {
+	if len(o.invalid) > 0 {
+		return o.invalid[0].err
+	}
+	return nil
 }
 
 // WithExpiry sets the lease: how long the key lives without renewal. The
@@ -57,11 +83,11 @@ func WithExpiry(expiry time.Duration) Option {
 // bound.
 func WithMaxHold(maxHold time.Duration) Option {
 	return func(o *options) {
-		if maxHold <= 0 {
-			o.err = fmt.Errorf("%w: WithMaxHold(%v) must be positive", ErrInvalidExpiry, maxHold)
-			return
+		if o.judge("WithMaxHold", maxHold <= 0, func() error {
+			return fmt.Errorf("%w: WithMaxHold(%v) must be positive", ErrInvalidExpiry, maxHold)
+		}) {
+			o.maxHold = maxHold
 		}
-		o.maxHold = maxHold
 	}
 }
 
@@ -92,11 +118,11 @@ func WithFencing() Option {
 // they acquire. By default they wait as long as their context allows.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
-			o.err = fmt.Errorf("%w: WithWaitTimeout(%v) must be positive", ErrInvalidExpiry, d)
-			return
+		if o.judge("WithWaitTimeout", d <= 0, func() error {
+			return fmt.Errorf("%w: WithWaitTimeout(%v) must be positive", ErrInvalidExpiry, d)
+		}) {
+			o.waitTimeout = d
 		}
-		o.waitTimeout = d
 	}
 }
 
@@ -125,11 +151,11 @@ func WithPrefix(prefix string) Option {
 // See docs/reliability.md.
 func WithReplicas(n int) Option {
 	return func(o *options) {
-		if n < 0 {
-			o.err = fmt.Errorf("%w: WithReplicas(%d) must not be negative", ErrInvalidReplicas, n)
-			return
+		if o.judge("WithReplicas", n < 0, func() error {
+			return fmt.Errorf("%w: WithReplicas(%d) must not be negative", ErrInvalidReplicas, n)
+		}) {
+			o.replicas = n
 		}
-		o.replicas = n
 	}
 }
 

@@ -51,7 +51,6 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		rl.line, rl.mode = &fairLine{turn: make(chan struct{}, 1)}, fairMode
 	}
 	if o.permits > 0 || o.shared {
-		o.err = cmp.Or(o.err, permitsErr(o))
 		if !o.fair {
 			rl.mode = permitMode // a fair semaphore's scripts are a fair lock's
 		}
@@ -66,7 +65,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	case reservedKey(key):
 		rl.err = fmt.Errorf("%w: %q", ErrReservedKey, key)
 	default:
-		rl.err = o.err
+		rl.err = cmp.Or(o.err(), permitsErr(o))
 	}
 	if locker == nil {
 		locker = defaultLocker(s, o.clock)

@@ -38,11 +38,11 @@ var ErrInvalidPermits = errors.New("redislock: invalid permits")
 // reported as ErrInvalidPermits by the first call. See docs/semaphores.md.
 func WithPermits(n int) Option {
 	return func(o *options) {
-		if n < 1 || n > MaxPermits {
-			o.err = fmt.Errorf("%w: WithPermits(%d) must lie in [1, %d]", ErrInvalidPermits, n, MaxPermits)
-			return
+		if o.judge("WithPermits", n < 1 || n > MaxPermits, func() error {
+			return fmt.Errorf("%w: WithPermits(%d) must lie in [1, %d]", ErrInvalidPermits, n, MaxPermits)
+		}) {
+			o.permits = n
 		}
-		o.permits = n
 	}
 }
 
