@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redislock/redislock/internal/renew"
+	"github.com/redislock/redislock/internal/store"
 
 	"github.com/zeromicro/go-zero/core/logx"
 )
@@ -146,6 +147,12 @@ func leaseEnded(h *hold, end renew.End, err error) {
 		rl.maxHoldReachedLocked(h)
 	case end == renew.RanOut:
 		rl.leaseRanOutLocked(h, err)
+		if err != nil && store.Ambiguous(err) {
+			// A renewal whose reply was lost, or that the replicas did not
+			// acknowledge, may have extended the key on its primary:
+			// nobody uses it now.
+			rl.letGo(h.parent, h.id, h.lease, 0, false)
+		}
 	default:
 		rl.endLocked(h, rl.lostErr("renewal found the key gone or taken"))
 	}

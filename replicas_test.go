@@ -199,6 +199,33 @@ func TestReplicasLagging(t *testing.T) {
 	held.Release()
 }
 
+// TestReplicasLostHoldGivesItsKeyBack: renewals that the replicas did
+// not acknowledge extended the key on the primary; once the lease ended
+// the hold, the key is given back rather than kept from others for
+// nobody.
+func TestReplicasLostHoldGivesItsKeyBack(t *testing.T) {
+	rs := startReplicated(t)
+	c := rs.primary.Client(t)
+	const lease = 3 * time.Second
+	l := NewLocker(FromGoRedis(c))
+	defer l.Close()
+	rl := l.NewLock("lost", WithReplicas(1), WithExpiry(lease))
+	mustAcquire(t, rl)
+	id := rl.Owner()
+	rs.replica.Signal(t, syscall.SIGSTOP)
+	defer rs.replica.Signal(t, syscall.SIGCONT)
+	waitDone(t, rl.Done(), "the hold whose renewals the replica did not acknowledge")
+	if err := rl.Err(); !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Err = %v", err)
+	}
+	rl.mu.Lock() // the scheduler's report of the end starts the give-back under it
+	rl.mu.Unlock()
+	waitGiveBacks(rl)
+	if v := c.Get(context.Background(), "lost").Val(); v == id {
+		t.Errorf("the key of the hold that ended still holds its id, for %v", c.PTTL(context.Background(), "lost").Val())
+	}
+}
+
 // TestReplicasTooFew: asking for more replicas than are online fails at
 // once, writing nothing and waiting for nothing (no WAIT was sent), for an
 // acquisition and a wait alike.

@@ -204,16 +204,21 @@ func (s *Server) Signal(tb testing.TB, sig os.Signal) {
 }
 
 // WaitReplicas waits until the server, a primary, counts n replicas
-// online: synced and acknowledging (a replica that synced without a disk
-// is put online at its first acknowledgement, up to a second later).
+// online, and n of them acknowledge a write within 200 ms (a replica just
+// online may acknowledge its first writes late).
 func (s *Server) WaitReplicas(tb testing.TB, n int) {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		info, _ := c.Info(context.Background(), "replication").Result()
-		if strings.Count(info, "state=online") >= n {
-			return
+		// Online, and acknowledging: a replica just online may not yet
+		// acknowledge the first writes in time.
+		if strings.Count(info, "state=online") >= n && c.Set(context.Background(), "redisserver:replicated", "", 0).Err() == nil &&
+			c.Del(context.Background(), "redisserver:replicated").Err() == nil { // a write to wait for, which leaves no key
+			if acked, _ := c.Do(context.Background(), "WAIT", n, 200).Int(); acked >= n {
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("redisserver: %s has not %d replicas online: %s", s.Addr, n, info)
