@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,7 +176,13 @@ func TestReplicasLagging(t *testing.T) {
 		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrNotReplicated) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%s: AcquireWait with the replica paused: %v", kind.name, err)
 		}
-		waitGiveBacks(rl)
+		// A RetryStrategy that gives up says why the last attempt failed.
+		once := NewRedisLock(FromGoRedis(c), "lag:"+kind.name, append([]Option{WithReplicas(1), WithExpiry(lease), WithRetry(LimitRetry(FixedRetry(time.Millisecond), 1))}, kind.opts...)...)
+		err = once.AcquireWait(ctx)
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrNotReplicated) || strings.Contains(err.Error(), "still held") {
+			t.Fatalf("%s: AcquireWait of one attempt with the replica paused: %v", kind.name, err)
+		}
+		waitGiveBacks(rl, once)
 		if n := c.Exists(ctx, rl.Key()).Val(); n != 0 && rs.primary != nil {
 			if kind.opts == nil || rl.opts.permits == 0 && !rl.opts.shared {
 				t.Errorf("%s: the key is left after the acquisitions were given back: %v", kind.name, c.Get(ctx, rl.Key()).Val())
@@ -242,6 +250,10 @@ func TestReplicasTooFew(t *testing.T) {
 		if err := rl.AcquireWait(ctx); !errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("%s: AcquireWait: %v", kind.name, err)
 		}
+	}
+	huge := NewRedisLock(FromGoRedis(c), "few:huge", WithReplicas(math.MaxInt))
+	if ok, err := huge.Acquire(); ok || !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), fmt.Sprintf("1 online, %d asked for", math.MaxInt)) {
+		t.Fatalf("WithReplicas(MaxInt): Acquire: %v, %v", ok, err)
 	}
 	if keys := c.Keys(ctx, "*").Val(); len(keys) != 0 {
 		t.Errorf("keys written: %v", keys)

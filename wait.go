@@ -177,9 +177,9 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 			if counts = counts || failures == 0; counts {
 				failures++
 			}
-			d, err := rl.nextAttempt(failures, wait, w)
+			d, err := rl.nextAttempt(failures, wait, w, lag)
 			if err != nil {
-				return errors.Join(err, lag)
+				return err
 			}
 			if left := due.Sub(rl.locker.clock.Now()); !counts && left < d {
 				// A refresh keeps the counted attempt where it was: a
@@ -202,7 +202,7 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 		case head && n.Holder > 0:
 			// Another waiter holds it now: its release will wake us, and
 			// its key, unreleased, lives no longer than its lease.
-			d, _ := rl.nextAttempt(max(failures, 1), n.Holder, w)
+			d, _ := rl.nextAttempt(max(failures, 1), n.Holder, w, nil)
 			arm(d)
 		}
 
@@ -236,12 +236,16 @@ func (rl *RedisLock) attempt(ctx, holding context.Context, fw *fairWaiter, m *st
 
 // nextAttempt returns how long a wait waits after its attempt number
 // failures found the lock held with wait left of its lease (negative:
-// no expiry): until the lease ends when w hears releases, else also no
-// longer than the RetryStrategy says. It returns ErrNotAcquired when the
-// strategy gives up.
-func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *wake.Waiter) (time.Duration, error) {
+// no expiry), or failed with lag, which the replicas did not acknowledge:
+// until the lease ends when w hears releases, else also no longer than
+// the RetryStrategy says. It returns ErrNotAcquired when the strategy
+// gives up.
+func (rl *RedisLock) nextAttempt(failures int, wait time.Duration, w *wake.Waiter, lag error) (time.Duration, error) {
 	d, more := rl.opts.retry.Backoff(failures)
-	if !more {
+	switch {
+	case !more && lag != nil:
+		return 0, fmt.Errorf("%w: %q at attempt %d, the RetryStrategy's last: %w", ErrNotAcquired, rl.key, failures, lag)
+	case !more:
 		return 0, fmt.Errorf("%w: %q still held at attempt %d, the RetryStrategy's last", ErrNotAcquired, rl.key, failures)
 	}
 	switch {

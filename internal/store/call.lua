@@ -55,15 +55,16 @@ end
 -- call's first run, a fair release's handoff) even when body itself
 -- changed nothing.
 local function guarded(body)
-    local replicas = string.match(ARGV[#ARGV] or "", "^redislock:replicas=(%d+)$")
-    if replicas then
-        replicas, ARGV[#ARGV] = tonumber(replicas), nil
+    local asked = string.match(ARGV[#ARGV] or "", "^redislock:replicas=(%d+)$") -- as given: no float in the error
+    local replicas = tonumber(asked)
+    if asked then
+        ARGV[#ARGV] = nil
     end
     local ok, reply = pcall(function()
         if replicas then
             local _, online = string.gsub(check(redis.pcall("INFO", "replication"), "INFO"), "state=online", "")
             if online < replicas then
-                return redis.error_reply("REDISLOCK_REPLICAS " .. online .. " " .. replicas)
+                return redis.error_reply("REDISLOCK_REPLICAS " .. online .. " " .. asked)
             end
             if redis.acl_check_cmd and not redis.acl_check_cmd("WAIT", "0", "0") then
                 check({err = "NOPERM this user has no permissions to run the 'wait' command"}, "WAIT")

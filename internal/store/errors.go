@@ -31,7 +31,7 @@ func notReplicated(r Replicas, acked int64, err error) error {
 	if err != nil { // %v: no redis.Error of WAIT's is to read as a refusal of the script's
 		return fmt.Errorf("%w: WAIT %d %d: %v", ErrNotReplicated, r.N, r.Timeout.Milliseconds(), err)
 	}
-	return fmt.Errorf("%w: %d of %d replicas acknowledged the write within %v", ErrNotReplicated, acked, r.N, r.Timeout)
+	return fmt.Errorf("%w: %d of %d replicas acknowledged the write (WAIT timed out at %v)", ErrNotReplicated, acked, r.N, r.Timeout)
 }
 
 // wrongKindReply starts the error a script replies when a key is another
