@@ -423,8 +423,8 @@ func TestFaultHolderPausedPastLease(t *testing.T) {
 }
 
 func TestFaultHammer(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { hammer(t, "5. hammer, 4 processes x 16 goroutines", 100_000, false) })
-	t.Run("fair", func(t *testing.T) { hammer(t, "5b. hammer, fair locks, 4 processes x 16 goroutines", 20_000, true) })
+	t.Run("plain", func(t *testing.T) { hammer(t, "5. hammer, 4 processes x 16 goroutines", 40_000, false) })
+	t.Run("fair", func(t *testing.T) { hammer(t, "5b. hammer, fair locks, 4 processes x 16 goroutines", 10_000, true) })
 }
 
 // hammer runs total fenced read-modify-writes under the locks of 4 child

@@ -162,7 +162,9 @@ func FuzzFaultyReplies(f *testing.F) {
 			opts = append(opts, WithFencing())
 		}
 		store := &corrupting{next: FromGoRedis(c), plan: plan, n: int(n), s: s}
-		rl := NewRedisLock(store, "k", append(opts, WithPubSub(nil), WithRetry(LimitRetry(FixedRetry(time.Millisecond), 2)))...)
+		// A short lease: a give-back whose replies the plan corrupts is tried
+		// again until the lease ends.
+		rl := NewRedisLock(store, "k", append(opts, WithPubSub(nil), WithExpiry(500*time.Millisecond), WithRetry(LimitRetry(FixedRetry(time.Millisecond), 2)))...)
 		ctx := context.Background()
 		calls := []func() error{
 			func() error { _, err := rl.Acquire(); return err },

@@ -113,9 +113,7 @@ func (c *Cluster) AddReplica(tb testing.TB, i int) *Server {
 		}
 	}
 	wait("the replica to replicate", func() bool { return rc.ClusterReplicate(ctx, id).Err() == nil })
-	wait("the replica to be online", func() bool {
-		return strings.Contains(pc.Info(ctx, "replication").Val(), "state=online")
-	})
+	primary.WaitReplicas(tb, 1)
 	return s
 }
 

@@ -214,8 +214,7 @@ func (s *Server) WaitReplicas(tb testing.TB, n int) {
 		info, _ := c.Info(context.Background(), "replication").Result()
 		// Online, and acknowledging: a replica just online may not yet
 		// acknowledge the first writes in time.
-		if strings.Count(info, "state=online") >= n && c.Set(context.Background(), "redisserver:replicated", "", 0).Err() == nil &&
-			c.Del(context.Background(), "redisserver:replicated").Err() == nil { // a write to wait for, which leaves no key
+		if strings.Count(info, "state=online") >= n && writeNothing(c) {
 			if acked, _ := c.Do(context.Background(), "WAIT", n, 200).Int(); acked >= n {
 				return
 			}
@@ -224,6 +223,23 @@ func (s *Server) WaitReplicas(tb testing.TB, n int) {
 			tb.Fatalf("redisserver: %s has not %d replicas online: %s", s.Addr, n, info)
 		}
 	}
+}
+
+// writeNothing makes a write that WAIT can wait for and that leaves no
+// key: a key set and deleted, in one of the server's slots when it is a
+// Cluster node.
+func writeNothing(c *redis.Client) bool {
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		key := "redisserver:replicated:" + strconv.Itoa(i)
+		switch err := c.Set(ctx, key, "", 0).Err(); {
+		case err == nil:
+			return c.Del(ctx, key).Err() == nil
+		case !strings.HasPrefix(err.Error(), "MOVED"):
+			return false
+		}
+	}
+	return false
 }
 
 // Client returns a new go-redis client of the server, closed when tb's test ends.
