@@ -102,6 +102,12 @@ func (rl *RedisLock) lockerClosed() bool {
 // fenced reports whether rl mints fencing tokens.
 func (rl *RedisLock) fenced() bool { return len(rl.names.acquire) > 2 }
 
+// waited returns script followed by WAIT for the replicas of WithReplicas,
+// for a hold with a lease of lease.
+func (rl *RedisLock) waited(script *store.Script, lease time.Duration) *store.Script {
+	return script.Replicated(store.Replicas{N: rl.opts.replicas, Timeout: replicasTimeout(lease)})
+}
+
 // A mode is what a lock's kind changes in its calls: how a first
 // acquisition is attempted, alone or for a wait (its fencing token, or -1
 // and how long the holder's lease has left), and the scripts that release

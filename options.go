@@ -159,12 +159,6 @@ func WithReplicas(n int) Option {
 	}
 }
 
-// waited returns script followed by WAIT for the replicas of WithReplicas,
-// for a hold with a lease of lease.
-func (rl *RedisLock) waited(script *store.Script, lease time.Duration) *store.Script {
-	return script.Replicated(store.Replicas{N: rl.opts.replicas, Timeout: replicasTimeout(lease)})
-}
-
 // replicasTimeout is how long WAIT waits for the replicas of a write with
 // a lease of lease: a tenth of it, at most a second (go-redis's and
 // go-zero's clients read a pipeline's replies within 3 s, WAIT's too).
