@@ -112,7 +112,10 @@ func TestBatchSurvivesScriptFlush(t *testing.T) {
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
 	ctx := context.Background()
-	const n = 10000
+	n := 10000
+	if raceEnabled { // CI's 2 cores, shared with other packages: the batch alone took past the lease
+		n = 2000
+	}
 	locks := holdMany(t, c, "flush", n, 3*time.Second)
 	flushes := 0
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -145,9 +148,9 @@ func TestBatchSurvivesScriptFlush(t *testing.T) {
 	t.Logf("%d script calls in %d pipelines across %d flushes", hook.commands.Load(), hook.pipelines.Load(), flushes)
 	recordFault(t, faultRow{
 		Case:      "9. SCRIPT FLUSH under batched renewal",
-		Injection: "SCRIPT FLUSH every 20 ms for 3 s while 10,000 locks (lease 3 s) renew in pipelines",
+		Injection: fmt.Sprintf("SCRIPT FLUSH every 20 ms for 3 s while %d locks (lease 3 s) renew in pipelines", n),
 		Promise:   "zero holds lost, zero errors to callers (NOSCRIPT answered by EVAL in the same round)",
-		Runs:      n, Faults: int64(flushes), Violations: int64(lost + callerErrs),
+		Runs:      int64(n), Faults: int64(flushes), Violations: int64(lost + callerErrs),
 	})
 }
 
