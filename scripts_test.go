@@ -223,6 +223,17 @@ func TestScriptsTouchOnlyTheirKeys(t *testing.T) {
 	}
 	mustRelease(t, holder)
 	waiter.Release() // its hold was broken: it reports the loss
+	// An election: a leader's value proclaimed, read.
+	e := NewElection(FromGoRedis(c), "mon:election", short)
+	if err := e.Campaign(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Leader(ctx); v != "v" || err != nil {
+		t.Fatalf("Leader: %q, %v", v, err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
 	waitGiveBacks(a)
 	time.Sleep(50 * time.Millisecond) // MONITOR's last lines
 	conn.Close()

@@ -219,3 +219,22 @@ func LeaseLeft(pttl int64) time.Duration {
 	}
 	return time.Duration(pttl) * time.Millisecond
 }
+
+// ParseLeader reads the reply of leader.lua: the leader's value ("" when
+// nobody leads or it has proclaimed none) and its term's remaining lease
+// (0 when nobody leads, -1 when the key has no expiry).
+func ParseLeader(reply any) (string, time.Duration, error) {
+	r, ok := reply.([]any)
+	if !ok || len(r) != 2 {
+		return "", 0, unexpected(reply, "a leader")
+	}
+	value, ok1 := r[0].(string)
+	pttl, ok2 := r[1].(int64)
+	switch {
+	case !ok1 || !ok2 || pttl < -2:
+		return "", 0, unexpected(reply, "a leader")
+	case pttl == -2:
+		return "", 0, nil
+	}
+	return value, LeaseLeft(pttl), nil
+}

@@ -70,6 +70,8 @@ var (
 	FairRelease   = newScript(false, "fence.lua", "record.lua", "holders.lua", "fair_release.lua")
 	Inspect       = newScript(true, "inspect.lua")
 	Break         = newScript(false, "holders.lua", "break.lua")
+	Leader        = newScript(true, "leader.lua")
+	Proclaim      = newScript(false, "proclaim.lua")
 )
 
 func newScript(readOnly bool, files ...string) *Script {
@@ -97,5 +99,5 @@ func Files() map[string]string {
 
 // All returns every script.
 func All() []*Script {
-	return []*Script{Acquire, PermitAcquire, Extend, Release, TTL, FairAcquire, FairRelease, Inspect, Break}
+	return []*Script{Acquire, PermitAcquire, Extend, Release, TTL, FairAcquire, FairRelease, Inspect, Break, Leader, Proclaim}
 }

@@ -1,0 +1,210 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redislock/redislock/internal/redisserver"
+)
+
+// TestElection: on a real server, candidates of three clients are elected
+// in arrival order, each term fenced higher than the last; Leader and
+// Observe follow the values; Resign hands over; bad calls are errors.
+func TestElection(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	const key = "election"
+	var es []*Election
+	for i := 0; i < 3; i++ {
+		es = append(es, NewElection(FromGoRedis(newClient(t, srv.Addr)), key, WithExpiry(2*time.Second)))
+	}
+	watcher := NewElection(FromGoRedis(newClient(t, srv.Addr)), key)
+	if _, err := watcher.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader before any Campaign: %v", err)
+	}
+	octx, stopObserving := context.WithCancel(ctx)
+	observed := watcher.Observe(octx)
+	if v := <-observed; v != "" {
+		t.Fatalf("Observe before any Campaign: %q", v)
+	}
+
+	if err := es[0].Campaign(ctx, "v0"); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-observed; v != "v0" {
+		t.Fatalf("Observe after the first Campaign: %q", v)
+	}
+	// The others queue in order: 1, then 2.
+	c := newClient(t, srv.Addr)
+	campaigned := make([]chan error, 3)
+	for i := 1; i < 3; i++ {
+		campaigned[i] = make(chan error, 1)
+		go func() { campaigned[i] <- es[i].Campaign(ctx, fmt.Sprintf("v%d", i)) }()
+		waitFor(t, 5*time.Second, "the candidate to queue", func() bool {
+			return c.ZCard(ctx, es[0].rl.names.queue).Val() == int64(i)
+		})
+	}
+	if err := es[1].Campaign(ctx, "again"); !errors.Is(err, ErrCampaigning) {
+		t.Fatalf("a second Campaign while campaigning: %v", err)
+	}
+	if err := es[0].Campaign(ctx, "again"); !errors.Is(err, ErrCampaigning) {
+		t.Fatalf("a Campaign while leading: %v", err)
+	}
+	if err := es[1].Proclaim(ctx, "x"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Proclaim by a candidate: %v", err)
+	}
+	if err := es[0].Proclaim(ctx, ""); !errors.Is(err, ErrEmptyValue) {
+		t.Fatalf("Proclaim of an empty value: %v", err)
+	}
+	if err := es[0].Proclaim(ctx, "v0b"); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-observed; v != "v0b" {
+		t.Fatalf("Observe after Proclaim: %q", v)
+	}
+	if v, err := watcher.Leader(ctx); v != "v0b" || err != nil {
+		t.Fatalf("Leader after Proclaim: %q, %v", v, err)
+	}
+
+	term := es[0].Term()
+	for i := 0; i < 3; i++ {
+		if !es[i].IsLeader() {
+			t.Fatalf("candidate %d does not lead in its turn", i)
+		}
+		for j := 0; j < 3; j++ {
+			if j != i && es[j].IsLeader() {
+				t.Fatalf("candidates %d and %d both lead", i, j)
+			}
+		}
+		if i > 0 && es[i].Term() <= term {
+			t.Fatalf("term %d after %d", es[i].Term(), term)
+		}
+		term = es[i].Term()
+		done := es[i].Done()
+		if err := es[i].Resign(ctx); err != nil {
+			t.Fatalf("Resign of leader %d: %v", i, err)
+		}
+		if !isClosed(done) || es[i].Err() != nil || es[i].IsLeader() {
+			t.Fatalf("after Resign: done %v, Err %v", isClosed(done), es[i].Err())
+		}
+		if i < 2 {
+			if err := <-campaigned[i+1]; err != nil {
+				t.Fatalf("Campaign of candidate %d: %v", i+1, err)
+			}
+			for v := range observed { // "" while the next has not proclaimed
+				if v == fmt.Sprintf("v%d", i+1) {
+					break
+				}
+				if v != "" {
+					t.Fatalf("Observe after the handoff to %d: %q", i+1, v)
+				}
+			}
+		}
+	}
+	for v := range observed {
+		if v == "" {
+			break
+		}
+	}
+	if err := es[0].Resign(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Resign without a Campaign: %v", err)
+	}
+	stopObserving()
+	for range observed { // closed when ctx ends
+	}
+
+	// A Campaign that gives up leaves nothing of its candidate.
+	mustCampaign := es[0]
+	if err := mustCampaign.Campaign(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := es[1].Campaign(cctx, "late")
+	cancel()
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Campaign that gave up: %v", err)
+	}
+	waitGiveBacks(es[1].rl)
+	if n := c.ZCard(ctx, es[0].rl.names.queue).Val() + c.HLen(ctx, es[0].rl.names.waiters).Val(); n != 0 {
+		t.Fatalf("%d entries of candidates left", n)
+	}
+	if err := mustCampaign.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad input.
+	var nilCtx context.Context
+	if err := es[2].Campaign(nilCtx, "v"); !errors.Is(err, ErrNilContext) {
+		t.Fatalf("nil ctx: %v", err)
+	}
+	if err := es[2].Campaign(ctx, ""); !errors.Is(err, ErrEmptyValue) {
+		t.Fatalf("empty value: %v", err)
+	}
+	if err := NewElection(FromGoRedis(c), "").Campaign(ctx, "v"); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := NewElection(FromGoRedis(c), "k", WithPermits(2)).Campaign(ctx, "v"); !errors.Is(err, ErrInvalidPermits) {
+		t.Fatalf("WithPermits: %v", err)
+	}
+}
+
+// TestElectionLossAndObserveAcrossKills: a leader whose key someone
+// deletes learns it at its next renewal, and Proclaim says it does not
+// lead; Observe reads again when its subscription comes back after
+// CLIENT KILL, and misses no value; a Locker's Close ends its leadership.
+func TestElectionLossAndObserveAcrossKills(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	c := srv.Client(t)
+	l := NewLocker(FromGoRedis(newClient(t, srv.Addr)), WithExpiry(600*time.Millisecond))
+	e := l.NewElection("observed")
+	watcher := NewElection(FromGoRedis(newClient(t, srv.Addr)), "observed")
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	observed := watcher.Observe(octx)
+	expect := func(want string) {
+		t.Helper()
+		for v := range observed {
+			if v == want {
+				return
+			}
+		}
+		t.Fatalf("Observe closed before %q", want)
+	}
+	expect("")
+	if err := e.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expect("a")
+	for i := 0; i < 3; i++ {
+		must(t, c.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+		v := fmt.Sprintf("b%d", i)
+		if err := e.Proclaim(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		expect(v) // heard, or read again once subscribed again
+	}
+
+	must(t, c.Del(ctx, "observed").Err())
+	waitDone(t, e.Done(), "the leadership whose key was deleted")
+	if err := e.Err(); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Err after the key was deleted: %v", err)
+	}
+	if err := e.Proclaim(ctx, "c"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Proclaim after the loss: %v", err)
+	}
+	expect("") // the term ended: nobody leads
+	if err := e.Campaign(ctx, "d"); err != nil {
+		t.Fatalf("a Campaign after a loss: %v", err)
+	}
+	expect("d")
+	done := e.Done()
+	must(t, l.Close())
+	if !isClosed(done) || !errors.Is(e.Err(), ErrLockerClosed) {
+		t.Fatalf("after Close: done %v, Err %v", isClosed(done), e.Err())
+	}
+	expect("")
+}
