@@ -2,27 +2,12 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redislock/redislock/internal/store"
-)
-
-// Errors of elections.
-var (
-	// ErrNotLeader reports a call that needs this Election to lead.
-	ErrNotLeader = errors.New("redislock: not the leader")
-	// ErrNoLeader reports that nobody leads, or that the leader has not
-	// proclaimed its value yet.
-	ErrNoLeader = errors.New("redislock: no leader")
-	// ErrCampaigning reports a Campaign of an Election that campaigns or
-	// leads already.
-	ErrCampaigning = errors.New("redislock: campaigning already")
-	// ErrEmptyValue reports an empty leader's value.
-	ErrEmptyValue = errors.New("redislock: empty value")
 )
 
 // An Election elects one leader at a time among the Elections of a key,

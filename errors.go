@@ -75,6 +75,16 @@ var (
 	// ErrLockerClosed reports a call on a lock of a Locker that was closed, and
 	// is why the holds it ended ended.
 	ErrLockerClosed = errors.New("redislock: locker closed")
+	// ErrNotLeader reports a call that needs this Election to lead.
+	ErrNotLeader = errors.New("redislock: not the leader")
+	// ErrNoLeader reports that nobody leads, or that the leader has not
+	// proclaimed its value yet.
+	ErrNoLeader = errors.New("redislock: no leader")
+	// ErrCampaigning reports a Campaign of an Election that campaigns or
+	// leads already.
+	ErrCampaigning = errors.New("redislock: campaigning already")
+	// ErrEmptyValue reports an empty leader's value.
+	ErrEmptyValue = errors.New("redislock: empty value")
 )
 
 // opErr is err from operation op on key: "redislock: op "key": err",
