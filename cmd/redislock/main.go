@@ -1,6 +1,8 @@
 // Command redislock works with redislock's distributed locks on Redis.
 //
 //	redislock run [flags] KEY -- COMMAND [ARGS...]
+//	redislock elect [flags] KEY -- COMMAND [ARGS...]
+//	redislock leader [-watch] [flags] KEY
 //	redislock status [-json] [flags] KEY
 //	redislock break [-owner ID] [-json] [flags] KEY
 //	redislock watch [-poll D] [-json] [flags] KEY
@@ -38,6 +40,8 @@ const usage = `usage: redislock <command> [flags]
 
 commands:
   run     run a command while holding a lock: redislock run [flags] KEY -- COMMAND [ARGS...]
+  elect   run a command while this process leads an election: redislock elect [-value V] KEY -- COMMAND [ARGS...]
+  leader  print an election's leader: redislock leader [-watch] KEY
   status  whether a lock is held, by whom, for how long: redislock status [-json] KEY
   break   delete a stuck lock and wake its waiters: redislock break [-owner ID] [-json] KEY
   watch   print each change of a lock's holder and lease: redislock watch [-poll D] [-json] KEY
@@ -54,8 +58,10 @@ exit statuses:
        or its fencing counter something that is not a number (run -fencing,
        status, watch)
   69   Redis unavailable, or it answered an error
-  70   run: the lock was lost, or -max-hold passed, while COMMAND ran; COMMAND was stopped (or had exited)
-  75   run: the lock was busy for all of -wait; break: held by another owner than -owner
+  70   run: the lock was lost, or -max-hold passed, while COMMAND ran; COMMAND was stopped (or had exited);
+       elect: the same of the leadership
+  75   run: the lock was busy for all of -wait; break: held by another owner than -owner;
+       elect: not elected within -wait; leader: nobody leads
   126  run: COMMAND not executable     127  run: COMMAND not found
   128+N  run: COMMAND was killed by signal N; or a signal N ended the wait
   run otherwise exits with COMMAND's own status.
@@ -74,13 +80,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return demo(args[1:], stdout, stderr)
-	case "run":
+	case "run", "elect":
 		// stdout is the command's: the library's logs, whatever their
 		// level, go to stderr, and go-redis's through them.
 		logx.SetWriter(logx.NewWriter(stderr))
 		redis.SetLogger(logxLogger{})
+		if args[0] == "elect" {
+			return electCmd(args[1:], stderr)
+		}
 		return runCmd(args[1:], stderr)
-	case "status", "break", "watch":
+	case "status", "break", "watch", "leader":
 		logx.SetWriter(logx.NewWriter(stderr))
 		redis.SetLogger(logxLogger{})
 		switch args[0] {
@@ -91,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		if args[0] == "leader" {
+			return leaderCmd(ctx, args[1:], stdout, stderr)
+		}
 		return watchCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

@@ -107,20 +107,8 @@ func runCmd(args []string, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	var key string
-	var command []string
-	if rest := fs.Args(); len(rest) > 0 {
-		key, command = rest[0], rest[1:]
-	}
-	switch {
-	case len(command) > 0 && command[0] == "--":
-		command = command[1:]
-	case len(command) > 0 && strings.HasPrefix(command[0], "-"):
-		fmt.Fprintf(stderr, "redislock: %s after KEY: flags go before it\n", command[0])
-		return exitUsage
-	}
-	if len(command) == 0 {
-		fs.Usage()
+	key, command, ok := keyAndCommand(fs, stderr)
+	if !ok {
 		return exitUsage
 	}
 
@@ -156,16 +144,47 @@ func runCmd(args []string, stderr io.Writer) int {
 	locker := redislock.NewLocker(redislock.FromGoRedis(client))
 	defer locker.Close()
 	lock := locker.NewLock(key, opts...)
-	r := &runner{lock: lock, command: command, fencing: *fencing, grace: *grace, stderr: stderr}
+	env := func() []string {
+		env := []string{"REDISLOCK_OWNER=" + lock.Owner()}
+		if *fencing {
+			env = append(env, "REDISLOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
+		}
+		return env
+	}
+	r := &runner{lock: lock, key: lock.Key(), do: lock.Do, env: env, busy: "is held by another owner",
+		command: command, grace: *grace, stderr: stderr}
 	return r.run()
+}
+
+// keyAndCommand returns the KEY -- COMMAND [ARGS...] after fs's flags;
+// not ok (usage printed) when they are not there.
+func keyAndCommand(fs *flag.FlagSet, stderr io.Writer) (key string, command []string, ok bool) {
+	if rest := fs.Args(); len(rest) > 0 {
+		key, command = rest[0], rest[1:]
+	}
+	switch {
+	case len(command) > 0 && command[0] == "--":
+		command = command[1:]
+	case len(command) > 0 && strings.HasPrefix(command[0], "-"):
+		fmt.Fprintf(stderr, "redislock: %s after KEY: flags go before it\n", command[0])
+		return "", nil, false
+	}
+	if len(command) == 0 {
+		fs.Usage()
+		return "", nil, false
+	}
+	return key, command, true
 }
 
 // runner runs one command under a lock. A signal before the command starts
 // gives up the wait; once it runs, signals are passed on to it.
 type runner struct {
-	lock    *redislock.RedisLock
+	lock    *redislock.RedisLock // run's; nil for elect
+	key     string
+	do      func(ctx context.Context, fn func(context.Context) error) error // holds key while fn runs
+	env     func() []string                                                 // what COMMAND learns of its hold
+	busy    string                                                          // why it gave up the wait
 	command []string
-	fencing bool
 	grace   time.Duration
 	stderr  io.Writer
 
@@ -209,13 +228,13 @@ func (r *runner) run() int {
 	}()
 
 	ran := false
-	err := r.lock.Do(ctx, func(ctx context.Context) error {
+	err := r.do(ctx, func(ctx context.Context) error {
 		ran = true
 		return r.runCommand(ctx)
 	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := r.lock.Key()
+	key := r.key
 	switch {
 	case r.child == nil && r.signal != nil: // before the command could start
 		fmt.Fprintf(r.stderr, "redislock: %v while waiting for %q\n", r.signal, key)
@@ -228,7 +247,7 @@ func (r *runner) run() int {
 			fmt.Fprintf(r.stderr, "redislock: %q holds something that is not a lock\n", key)
 			return exitNotALock
 		}
-		fmt.Fprintf(r.stderr, "redislock: %q is held by another owner\n", key)
+		fmt.Fprintf(r.stderr, "redislock: %q %s\n", key, r.busy)
 		return exitBusy
 	case !ran && (errors.Is(err, redislock.ErrCorruptFencingCounter) || errors.Is(err, redislock.ErrWrongKind)):
 		complain(r.stderr, err)
@@ -255,6 +274,9 @@ func (r *runner) run() int {
 // notALock reports whether the lock's key holds a value of another type,
 // which no release will free.
 func (r *runner) notALock() bool {
+	if r.lock == nil {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := r.lock.Inspect(ctx)
@@ -271,11 +293,7 @@ func isEnd(err error) bool {
 func (r *runner) runCommand(ctx context.Context) error {
 	child := exec.Command(r.command[0], r.command[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = os.Environ()
-	if r.fencing {
-		child.Env = append(child.Env, "REDISLOCK_TOKEN="+strconv.FormatInt(r.lock.Token(), 10))
-	}
-	child.Env = append(child.Env, "REDISLOCK_OWNER="+r.lock.Owner())
+	child.Env = append(os.Environ(), r.env()...)
 	r.mu.Lock()
 	if r.signal != nil { // signalled just as the lock was taken: do not start
 		r.mu.Unlock()

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redislock/redislock"
+)
+
+const electUsage = `usage: redislock elect [flags] KEY -- COMMAND [ARGS...]
+
+Campaigns in the election KEY, runs COMMAND once this process leads, and
+resigns when COMMAND exits: the next candidate, waiting in its own
+"redislock elect", is elected then. Candidates are elected in arrival
+order, and wait as long as it takes (or -wait). COMMAND finds its term, a
+fencing token, in $REDISLOCK_TERM. Exit statuses, signals and the loss of
+the leadership (SIGTERM to COMMAND, exit 70) are as for "redislock run";
+75: not elected within -wait.
+
+flags:
+`
+
+// electCmd is "redislock elect".
+func electCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, electUsage); fs.PrintDefaults() }
+	var conn connFlags
+	conn.register(fs)
+	host, _ := os.Hostname()
+	value := fs.String("value", host, "the leader's value, which \"redislock leader\" prints")
+	ttl := fs.Duration("ttl", redislock.DefaultExpiry, "the lease of a term; renewed every ttl/3 while COMMAND runs")
+	maxHold := fs.Duration("max-hold", 0, "stop COMMAND and resign after this long (0: no limit)")
+	wait := fs.Duration("wait", 0, "how long to wait to be elected (0: as long as it takes)")
+	grace := fs.Duration("grace", 10*time.Second, "after a lost leadership, how long COMMAND has between SIGTERM and SIGKILL")
+	replicas := fs.Int("replicas", 0, "take and renew a term only once N replicas acknowledged it (WAIT), to survive a failover")
+	if err := fs.Parse(args); err != nil {
+		return parseStatus(err)
+	}
+	for name, d := range map[string]time.Duration{"max-hold": *maxHold, "wait": *wait, "grace": *grace} {
+		if d < 0 {
+			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
+			return exitUsage
+		}
+	}
+	key, command, ok := keyAndCommand(fs, stderr)
+	if !ok {
+		return exitUsage
+	}
+	client, err := conn.client()
+	if err != nil {
+		complain(stderr, err)
+		return exitUsage
+	}
+	defer client.Close()
+	opts := []redislock.Option{redislock.WithExpiry(*ttl)}
+	if *maxHold > 0 {
+		opts = append(opts, redislock.WithMaxHold(*maxHold))
+	}
+	if *replicas != 0 {
+		opts = append(opts, redislock.WithReplicas(*replicas))
+	}
+	if *wait > 0 {
+		opts = append(opts, redislock.WithWaitTimeout(*wait))
+	}
+	locker := redislock.NewLocker(redislock.FromGoRedis(client))
+	defer locker.Close()
+	e := locker.NewElection(key, opts...)
+	r := &runner{key: e.Key(), busy: "did not elect this process within -wait", command: command, grace: *grace, stderr: stderr,
+		do:  func(ctx context.Context, fn func(context.Context) error) error { return lead(ctx, e, *value, fn) },
+		env: func() []string { return []string{"REDISLOCK_TERM=" + strconv.FormatInt(e.Term(), 10)} }}
+	return r.run()
+}
+
+// lead runs fn once e is elected with value, under a context that ends
+// with the term (its cause why), then resigns. It returns Campaign's error,
+// or why the term ended while fn ran, or Resign's.
+func lead(ctx context.Context, e *redislock.Election, value string, fn func(context.Context) error) error {
+	if err := e.Campaign(ctx, value); err != nil {
+		return err
+	}
+	term, end := context.WithCancelCause(context.WithoutCancel(ctx))
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-e.Done():
+			end(e.Err())
+		case <-term.Done():
+		}
+	}()
+	err := fn(term)
+	end(nil)
+	<-ended
+	if lost := e.Err(); lost != nil {
+		return lost
+	}
+	return errors.Join(err, e.Resign(context.WithoutCancel(ctx)))
+}
+
+const leaderUsage = `usage: redislock leader [-watch] [flags] KEY
+
+Prints the value of the leader of the election KEY. Exits 75 when nobody
+leads (or the leader has not published its value yet). With -watch, prints
+the value, then each change, until interrupted: an empty line while nobody
+leads.
+
+flags:
+`
+
+// leaderCmd is "redislock leader".
+func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, leaderUsage); fs.PrintDefaults() }
+	var conn connFlags
+	conn.register(fs)
+	watch := fs.Bool("watch", false, "print each change until interrupted")
+	if err := fs.Parse(args); err != nil {
+		return parseStatus(err)
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	client, err := conn.client()
+	if err != nil {
+		complain(stderr, err)
+		return exitUsage
+	}
+	defer client.Close()
+	locker := redislock.NewLocker(redislock.FromGoRedis(client))
+	defer locker.Close()
+	e := locker.NewElection(fs.Arg(0))
+	if *watch {
+		for value := range e.Observe(ctx) {
+			fmt.Fprintln(stdout, value)
+		}
+		return 0
+	}
+	value, err := e.Leader(ctx)
+	switch {
+	case errors.Is(err, redislock.ErrNoLeader):
+		fmt.Fprintf(stderr, "redislock: %q: no leader\n", e.Key())
+		return exitBusy
+	case err != nil:
+		complain(stderr, err)
+		return unavailableOrUsage(err)
+	}
+	fmt.Fprintln(stdout, value)
+	return 0
+}
