@@ -27,7 +27,9 @@ func TestElectCommand(t *testing.T) {
 	var watched lockedBuffer
 	wctx, stopWatching := context.WithCancel(ctx)
 	watching := make(chan int, 1)
-	go func() { watching <- leaderCmd(wctx, []string{"-addr", srv.Addr, "-watch", "elected"}, &watched, &watched) }()
+	go func() {
+		watching <- leaderCmd(wctx, []string{"-addr", srv.Addr, "-watch", "elected"}, &watched, &watched)
+	}()
 
 	var wg sync.WaitGroup
 	codes := make([]int, 3)
