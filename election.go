@@ -65,7 +65,7 @@ func newElection(s Scripter, key string, l *Locker, opts []Option) *Election {
 // this candidate in Redis. A Campaign of an Election that campaigns or
 // leads returns ErrCampaigning; one after a leadership ended forgets it.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	if err := e.rl.check(ctx); err != nil {
+	if err := e.lock().check(ctx); err != nil {
 		return err
 	}
 	if value == "" {
@@ -105,7 +105,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 // elected by its release), or its Campaign under way, which returns
 // ErrNotAcquired. It reports ErrNotLeader when there is neither.
 func (e *Election) Resign(ctx context.Context) error {
-	if err := e.rl.check(ctx); err != nil {
+	if err := e.lock().check(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -133,7 +133,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // matching ErrNotLeader when this Election does not lead (and ErrLockLost
 // too when it finds its term ended).
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := e.rl.check(ctx); err != nil {
+	if err := e.lock().check(ctx); err != nil {
 		return err
 	}
 	if value == "" {
@@ -174,7 +174,7 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 // Leader returns the current leader's value: an error matching ErrNoLeader
 // when nobody leads, or the leader has not proclaimed its value yet.
 func (e *Election) Leader(ctx context.Context) (string, error) {
-	if err := e.rl.check(ctx); err != nil {
+	if err := e.lock().check(ctx); err != nil {
 		return "", err
 	}
 	value, _, err := e.read(ctx)
@@ -207,14 +207,20 @@ func (e *Election) read(ctx context.Context) (string, time.Duration, error) {
 // proclaims through pub/sub (see WithPubSub), reads again when its
 // subscription comes back, and at the end of the leader's lease (a leader
 // that died); without pub/sub it reads every lease/3. The channel is
-// closed when ctx ends, or the Locker closes.
+// closed when ctx ends, or the Locker closes (Close waits for it).
 func (e *Election) Observe(ctx context.Context) <-chan string {
 	out := make(chan string)
-	if e.rl.check(ctx) != nil {
+	if e.lock().check(ctx) != nil || !e.rl.locker.life.shared && !e.rl.locker.enter() { // Close waits for it
 		close(out)
 		return out
 	}
-	go e.observe(ctx, out)
+	l := e.rl.locker
+	go func() {
+		if !l.life.shared {
+			defer l.life.wg.Done()
+		}
+		e.observe(ctx, out)
+	}()
 	return out
 }
 
@@ -284,20 +290,29 @@ func subscribed(ctx context.Context, heard <-chan any, n int) bool {
 }
 
 // IsLeader reports whether this Election leads.
-func (e *Election) IsLeader() bool { return e.rl.Holds() > 0 }
+func (e *Election) IsLeader() bool { return e.lock().Holds() > 0 }
 
 // Term returns this leadership's fencing token: strictly greater than
 // every earlier term's of the key; 0 when this Election does not lead.
-func (e *Election) Term() int64 { return e.rl.Token() }
+func (e *Election) Term() int64 { return e.lock().Token() }
 
 // Done returns a channel that is closed when this leadership ends (Resign,
 // its loss, the maximum hold, Close); already closed when it does not
 // lead.
-func (e *Election) Done() <-chan struct{} { return e.rl.Done() }
+func (e *Election) Done() <-chan struct{} { return e.lock().Done() }
 
 // Err returns nil while this Election leads, and after Resign; else why its
 // latest leadership ended (ErrLockLost, ErrMaxHoldExceeded, ...).
-func (e *Election) Err() error { return e.rl.Err() }
+func (e *Election) Err() error { return e.lock().Err() }
 
 // Key returns the election's Redis key.
-func (e *Election) Key() string { return e.rl.Key() }
+func (e *Election) Key() string { return e.lock().Key() }
+
+// lock returns the lock of e's terms; nil for a nil Election, whose calls
+// then report ErrNilStore, or hold nothing.
+func (e *Election) lock() *RedisLock {
+	if e == nil {
+		return nil
+	}
+	return e.rl
+}

@@ -149,6 +149,16 @@ func TestElection(t *testing.T) {
 	if err := NewElection(FromGoRedis(c), "k", WithPermits(2)).Campaign(ctx, "v"); !errors.Is(err, ErrInvalidPermits) {
 		t.Fatalf("WithPermits: %v", err)
 	}
+	var none *Election
+	if err := none.Campaign(ctx, "v"); !errors.Is(err, ErrNilStore) || none.IsLeader() || none.Term() != 0 || none.Err() != nil || !isClosed(none.Done()) {
+		t.Fatalf("a nil Election: %v", err)
+	}
+	if _, ok := <-none.Observe(ctx); ok {
+		t.Fatal("a nil Election observed a value")
+	}
+	if err := NewElection(nil, "k").Resign(ctx); !errors.Is(err, ErrNilStore) {
+		t.Fatalf("a nil store: %v", err)
+	}
 }
 
 // TestElectionLossAndObserveAcrossKills: a leader whose key someone
