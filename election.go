@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -91,11 +92,21 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 		stop()
 		close(c.done)
 	}()
-	if err := e.rl.acquireWait(ctx, context.WithoutCancel(ctx)); err != nil {
-		return err
+	for {
+		err := e.rl.acquireWait(ctx, context.WithoutCancel(ctx))
+		if errors.Is(err, ErrLockLost) && ctx.Err() == nil && !e.IsLeader() {
+			continue // handed over after its lease ran out (a server paused): wait on
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	if err := e.proclaim(ctx, value); err != nil {
 		_ = e.rl.releaseDetached(ctx, nil)
+		if ctx.Err() != nil { // Resign, or the caller gave up, as it was elected
+			return e.rl.gaveUp(ctx, nil)
+		}
 		return err
 	}
 	return nil
@@ -103,7 +114,8 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 
 // Resign ends this Election's leadership at once (the next candidate is
 // elected by its release), or its Campaign under way, which returns
-// ErrNotAcquired. It reports ErrNotLeader when there is neither.
+// ErrNotAcquired. It reports ErrNotLeader when there is neither, and, as a
+// lock's Release, why a leadership that ended by itself ended.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.lock().check(ctx); err != nil {
 		return err
@@ -202,8 +214,10 @@ func (e *Election) read(ctx context.Context) (string, time.Duration, error) {
 }
 
 // Observe returns a channel of the leader's value: the current one, then
-// each change (a new leader, or a Proclaim), in order; "" while nobody
-// leads or the leader has not proclaimed yet. It follows releases and
+// its changes (a new leader, or a Proclaim), in order; "" while nobody
+// leads or the leader has not proclaimed yet. It reads the value at each
+// change it hears of: values proclaimed faster than that are skipped, the
+// latest never. It follows releases and
 // proclaims through pub/sub (see WithPubSub), reads again when its
 // subscription comes back, and at the end of the leader's lease (a leader
 // that died); without pub/sub it reads every lease/3. The channel is

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redislock/redislock/internal/redisserver"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // TestElection: on a real server, candidates of three clients are elected
@@ -217,4 +220,60 @@ func TestElectionLossAndObserveAcrossKills(t *testing.T) {
 		t.Fatalf("after Close: done %v, Err %v", isClosed(done), e.Err())
 	}
 	expect("")
+}
+
+// TestCampaignWaitsAcrossAServerPause: a server paused past the lease
+// hands the term to the waiting candidate after its lease ran out by its
+// own accounting; its Campaign waits on, and is elected, instead of
+// failing with ErrLockLost (black-box review of the election, F1).
+func TestCampaignWaitsAcrossAServerPause(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	c := srv.Client(t)
+	a := NewElection(FromGoRedis(newClient(t, srv.Addr)), "paused", WithExpiry(500*time.Millisecond))
+	b := NewElection(FromGoRedis(newClient(t, srv.Addr)), "paused", WithExpiry(500*time.Millisecond))
+	if err := a.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- b.Campaign(ctx, "b") }()
+	waitFor(t, 5*time.Second, "b to queue", func() bool { return c.ZCard(ctx, b.rl.names.queue).Val() == 1 })
+	srv.Signal(t, syscall.SIGSTOP)
+	time.Sleep(time.Second)
+	srv.Signal(t, syscall.SIGCONT)
+	waitDone(t, a.Done(), "a's term, past its lease")
+	if err := <-campaigned; err != nil || !b.IsLeader() {
+		t.Fatalf("b's Campaign across the pause: %v (leads: %v)", err, b.IsLeader())
+	}
+	if v, err := a.Leader(ctx); v != "b" || err != nil {
+		t.Fatalf("Leader: %q, %v", v, err)
+	}
+	must(t, b.Resign(ctx))
+}
+
+// TestResignWhilePublishing: a Resign that comes as the Campaign, elected,
+// publishes its value ends the Campaign with ErrNotAcquired (black-box
+// review of the election, F3).
+func TestResignWhilePublishing(t *testing.T) {
+	_, c := newMini(t)
+	publishing := make(chan struct{})
+	st := scripterFunc(func(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+		if script == store.Proclaim.Script {
+			close(publishing)
+			<-ctx.Done() // until Resign
+			return nil, ctx.Err()
+		}
+		return FromGoRedis(c).ScriptRunCtx(ctx, script, keys, args...)
+	})
+	e := NewElection(st, "publishing", WithPubSub(nil))
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- e.Campaign(context.Background(), "v") }()
+	<-publishing
+	must(t, e.Resign(context.Background()))
+	if err := <-campaigned; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Campaign stopped by Resign as it published: %v", err)
+	}
+	if e.IsLeader() {
+		t.Fatal("leads after Resign")
+	}
 }

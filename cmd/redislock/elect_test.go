@@ -55,6 +55,10 @@ func TestElectCommand(t *testing.T) {
 		}
 	}
 	var out lockedBuffer
+	if code := run([]string{"elect", "-addr", srv.Addr, "-value", "", "elected", "--", "true"}, &out, &out); code != exitUsage {
+		t.Fatalf("elect -value \"\": exit %d: %s", code, out.String())
+	}
+	out.Reset()
 	if code := run([]string{"leader", "-addr", srv.Addr, "elected"}, &out, &out); code != 0 || out.String() != "v0\n" {
 		t.Fatalf("leader: exit %d: %q", code, out.String())
 	}

@@ -340,7 +340,7 @@ func (r *runner) setCode(code int) {
 
 func unavailableOrUsage(err error) int {
 	for _, bad := range []error{redislock.ErrEmptyKey, redislock.ErrKeyTooLong, redislock.ErrReservedKey, redislock.ErrInvalidExpiry,
-		redislock.ErrInvalidPermits, redislock.ErrInvalidReplicas, errors.ErrUnsupported} {
+		redislock.ErrInvalidPermits, redislock.ErrInvalidReplicas, redislock.ErrEmptyValue, errors.ErrUnsupported} {
 		if errors.Is(err, bad) {
 			return exitUsage
 		}
