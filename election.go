@@ -189,7 +189,7 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 	if err := e.lock().check(ctx); err != nil {
 		return "", err
 	}
-	value, _, err := e.read(ctx)
+	value, _, _, err := e.read(ctx)
 	switch {
 	case err != nil:
 		return "", err
@@ -199,25 +199,23 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 	return value, nil
 }
 
-// read returns the leader's value ("" for none) and how long its term
-// lasts without renewal (0: no term; negative: no expiry).
-func (e *Election) read(ctx context.Context) (string, time.Duration, error) {
+// read returns the leader's value ("" for none), how long its term lasts
+// without renewal (0: no term; negative: no expiry), and the number of the
+// latest proclaim.
+func (e *Election) read(ctx context.Context) (string, time.Duration, int64, error) {
 	reply, err := e.rl.locker.store.Run(ctx, store.Leader, []string{e.rl.key, e.leader})
 	if err == nil {
-		var value string
-		var left time.Duration
-		if value, left, err = store.ParseLeader(reply); err == nil {
-			return value, left, nil
+		value, left, number, err := store.ParseLeader(reply)
+		if err == nil {
+			return value, left, number, nil
 		}
 	}
-	return "", 0, opErr("leader", e.rl.key, err)
+	return "", 0, 0, opErr("leader", e.rl.key, err)
 }
 
 // Observe returns a channel of the leader's value: the current one, then
-// its changes (a new leader, or a Proclaim), in order; "" while nobody
-// leads or the leader has not proclaimed yet. It reads the value at each
-// change it hears of: values proclaimed faster than that are skipped, the
-// latest never. It follows releases and
+// each change (a new leader, or a Proclaim), in order; "" while nobody
+// leads or the leader has not proclaimed yet. It follows releases and
 // proclaims through pub/sub (see WithPubSub), reads again when its
 // subscription comes back, and at the end of the leader's lease (a leader
 // that died); without pub/sub it reads every lease/3. The channel is
@@ -256,33 +254,50 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 	pace := time.Duration(e.rl.expiry.Load()) / 3
 	timer := time.NewTimer(pace)
 	defer timer.Stop()
-	sent := false
-	var last string
-	for {
-		value, left, err := e.read(ctx)
-		if err == nil && (!sent || value != last) {
-			select {
-			case out <- value:
-				sent, last = true, value
-			case <-ctx.Done():
+	sent, last, number := false, "", int64(0) // the value sent, and the latest proclaim's number
+	emit := func(value string, n int64) bool {
+		if sent && (value == last || value != "" && n <= number) { // no change, or older than one sent
+			return true
+		}
+		select {
+		case out <- value:
+			sent, last, number = true, value, max(number, n)
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for read := true; ; {
+		wait := pace
+		if read {
+			value, left, n, err := e.read(ctx)
+			if err == nil && !emit(value, n) {
 				return
 			}
-		}
-		wait := pace
-		if heard != nil {
-			wait = time.Hour // pub/sub tells
-			if left > 0 && err == nil {
-				wait = left + time.Millisecond // a leader that died: its term ends with its lease
-			} else if err != nil {
-				wait = pace
+			if heard != nil && err == nil {
+				wait = time.Hour // pub/sub tells
+				if left > 0 {
+					wait = left + time.Millisecond // a leader that died: its term ends with its lease
+				}
 			}
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-heard:
+		case m := <-heard:
+			// A proclaim is sent as it is, in order; a release, a
+			// handoff or a subscription back is read.
+			msg, ok := m.(*redis.Message)
+			n, value, proclaimed := store.ParseProclaimed("")
+			if ok && msg.Channel == e.leader {
+				n, value, proclaimed = store.ParseProclaimed(msg.Payload)
+			}
+			if read = !proclaimed; proclaimed && !emit(value, n) {
+				return
+			}
 		case <-timer.C:
+			read = true
 		}
 	}
 }

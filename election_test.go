@@ -277,3 +277,40 @@ func TestResignWhilePublishing(t *testing.T) {
 		t.Fatal("leads after Resign")
 	}
 }
+
+// TestObserveSeesEveryProclaim: 200 proclaims back to back reach an
+// observer, every one, in order, also one that reads slowly (black-box
+// review of the election, F2).
+func TestObserveSeesEveryProclaim(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	e := NewElection(FromGoRedis(newClient(t, srv.Addr)), "rapid")
+	if err := e.Campaign(ctx, "v0"); err != nil {
+		t.Fatal(err)
+	}
+	watcher := NewElection(FromGoRedis(newClient(t, srv.Addr)), "rapid")
+	fast, slow := watcher.Observe(ctx), watcher.Observe(ctx)
+	if v := <-fast; v != "v0" {
+		t.Fatalf("first: %q", v)
+	}
+	if v := <-slow; v != "v0" {
+		t.Fatalf("first, slow: %q", v)
+	}
+	const n = 200
+	for i := 1; i <= n; i++ {
+		must(t, e.Proclaim(ctx, fmt.Sprintf("v%d", i)))
+	}
+	for i := 1; i <= n; i++ {
+		if v := <-fast; v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("value %d: %q", i, v)
+		}
+	}
+	for i := 1; i <= n; i++ {
+		time.Sleep(time.Millisecond)
+		if v := <-slow; v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("value %d, read slowly: %q", i, v)
+		}
+	}
+	must(t, e.Resign(ctx))
+}

@@ -221,20 +221,30 @@ func LeaseLeft(pttl int64) time.Duration {
 }
 
 // ParseLeader reads the reply of leader.lua: the leader's value ("" when
-// nobody leads or it has proclaimed none) and its term's remaining lease
-// (0 when nobody leads, -1 when the key has no expiry).
-func ParseLeader(reply any) (string, time.Duration, error) {
+// nobody leads or it has proclaimed none), its term's remaining lease (0
+// when nobody leads, -1 when the key has no expiry), and the number of the
+// key's latest proclaim.
+func ParseLeader(reply any) (value string, left time.Duration, number int64, err error) {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 2 {
-		return "", 0, unexpected(reply, "a leader")
+	if !ok || len(r) != 3 {
+		return "", 0, 0, unexpected(reply, "a leader")
 	}
 	value, ok1 := r[0].(string)
 	pttl, ok2 := r[1].(int64)
+	number, ok3 := r[2].(int64)
 	switch {
-	case !ok1 || !ok2 || pttl < -2:
-		return "", 0, unexpected(reply, "a leader")
+	case !ok1 || !ok2 || !ok3 || pttl < -2:
+		return "", 0, 0, unexpected(reply, "a leader")
 	case pttl == -2:
-		return "", 0, nil
+		return "", 0, number, nil
 	}
-	return value, LeaseLeft(pttl), nil
+	return value, LeaseLeft(pttl), number, nil
+}
+
+// ParseProclaimed reads a message of proclaim.lua: the number of the
+// proclaim, and the value.
+func ParseProclaimed(payload string) (number int64, value string, ok bool) {
+	n, value, ok := strings.Cut(payload, "\n")
+	number, err := strconv.ParseInt(n, 10, 64)
+	return number, value, ok && err == nil
 }
