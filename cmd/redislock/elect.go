@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/redislock/redislock"
 )
@@ -31,48 +30,19 @@ func electCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, electUsage); fs.PrintDefaults() }
-	var conn connFlags
-	conn.register(fs)
+	var h holdFlags
+	h.register(fs, "a term", "how long to wait to be elected (0: as long as it takes)")
 	host, _ := os.Hostname()
 	value := fs.String("value", host, "the leader's value, which \"redislock leader\" prints")
-	ttl := fs.Duration("ttl", redislock.DefaultExpiry, "the lease of a term; renewed every ttl/3 while COMMAND runs")
-	maxHold := fs.Duration("max-hold", 0, "stop COMMAND and resign after this long (0: no limit)")
-	wait := fs.Duration("wait", 0, "how long to wait to be elected (0: as long as it takes)")
-	grace := fs.Duration("grace", 10*time.Second, "after a lost leadership, how long COMMAND has between SIGTERM and SIGKILL")
-	replicas := fs.Int("replicas", 0, "take and renew a term only once N replicas acknowledged it (WAIT), to survive a failover")
-	if err := fs.Parse(args); err != nil {
-		return parseStatus(err)
-	}
-	for name, d := range map[string]time.Duration{"max-hold": *maxHold, "wait": *wait, "grace": *grace} {
-		if d < 0 {
-			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
-			return exitUsage
-		}
-	}
-	key, command, ok := keyAndCommand(fs, stderr)
+	opts, code, ok := h.parse(fs, args, stderr)
 	if !ok {
-		return exitUsage
+		return code
 	}
-	client, err := conn.client()
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer client.Close()
-	opts := []redislock.Option{redislock.WithExpiry(*ttl)}
-	if *maxHold > 0 {
-		opts = append(opts, redislock.WithMaxHold(*maxHold))
-	}
-	if *replicas != 0 {
-		opts = append(opts, redislock.WithReplicas(*replicas))
-	}
-	if *wait > 0 {
-		opts = append(opts, redislock.WithWaitTimeout(*wait))
-	}
-	locker := redislock.NewLocker(redislock.FromGoRedis(client))
+	defer h.client.Close()
+	locker := redislock.NewLocker(redislock.FromGoRedis(h.client))
 	defer locker.Close()
-	e := locker.NewElection(key, opts...)
-	r := &runner{key: e.Key(), busy: "did not elect this process within -wait", command: command, grace: *grace, stderr: stderr,
+	e := locker.NewElection(h.key, opts...)
+	r := &runner{key: e.Key(), busy: "did not elect this process within -wait", command: h.command, grace: h.grace, stderr: stderr,
 		do:  func(ctx context.Context, fn func(context.Context) error) error { return lead(ctx, e, *value, fn) },
 		env: func() []string { return []string{"REDISLOCK_TERM=" + strconv.FormatInt(e.Term(), 10)} }}
 	return r.run()

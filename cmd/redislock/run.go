@@ -83,45 +83,77 @@ $REDISLOCK_TOKEN.
 flags:
 `
 
+// holdFlags are the flags of a command run under a hold (run, elect).
+type holdFlags struct {
+	conn               connFlags
+	ttl, maxHold, wait time.Duration
+	grace              time.Duration
+	replicas           int
+	key                string
+	command            []string
+	client             redis.UniversalClient // made by parse; the caller closes it
+}
+
+// register adds the flags to fs; what names the hold in their help.
+func (h *holdFlags) register(fs *flag.FlagSet, what, waitHelp string) {
+	h.conn.register(fs)
+	fs.DurationVar(&h.ttl, "ttl", redislock.DefaultExpiry, "the lease of "+what+"; renewed every ttl/3 while COMMAND runs")
+	fs.DurationVar(&h.maxHold, "max-hold", 0, "stop COMMAND and give up "+what+" after this long (0: no limit)")
+	fs.DurationVar(&h.wait, "wait", 0, waitHelp)
+	fs.DurationVar(&h.grace, "grace", 10*time.Second, "after "+what+" is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	fs.IntVar(&h.replicas, "replicas", 0, "take and renew "+what+" only once N replicas acknowledged it (WAIT), to survive a failover")
+}
+
+// parse parses args, checks them, makes the client, and returns the
+// options they give; not ok with the exit status when the command is not
+// to run (-h, bad flags).
+func (h *holdFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]redislock.Option, int, bool) {
+	if err := fs.Parse(args); err != nil {
+		return nil, parseStatus(err), false
+	}
+	for name, d := range map[string]time.Duration{"max-hold": h.maxHold, "wait": h.wait, "grace": h.grace} {
+		if d < 0 {
+			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
+			return nil, exitUsage, false
+		}
+	}
+	var ok bool
+	if h.key, h.command, ok = keyAndCommand(fs, stderr); !ok {
+		return nil, exitUsage, false
+	}
+	var err error
+	if h.client, err = h.conn.client(); err != nil {
+		complain(stderr, err)
+		return nil, exitUsage, false
+	}
+	opts := []redislock.Option{redislock.WithExpiry(h.ttl)}
+	if h.maxHold > 0 {
+		opts = append(opts, redislock.WithMaxHold(h.maxHold))
+	}
+	if h.replicas != 0 {
+		opts = append(opts, redislock.WithReplicas(h.replicas))
+	}
+	if h.wait > 0 {
+		opts = append(opts, redislock.WithWaitTimeout(h.wait))
+	}
+	return opts, 0, true
+}
+
 // runCmd is "redislock run".
 func runCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
-	var conn connFlags
-	conn.register(fs)
-	ttl := fs.Duration("ttl", redislock.DefaultExpiry, "the lease; renewed every ttl/3 while COMMAND runs")
-	maxHold := fs.Duration("max-hold", 0, "stop COMMAND and release the lock after this long (0: no limit)")
-	wait := fs.Duration("wait", 0, "how long to wait for a busy lock (0: exit 75 at once, like flock -n)")
+	var h holdFlags
+	h.register(fs, "the lock", "how long to wait for a busy lock (0: exit 75 at once, like flock -n)")
 	fencing := fs.Bool("fencing", false, "pass a fencing token to COMMAND as $REDISLOCK_TOKEN")
-	grace := fs.Duration("grace", 10*time.Second, "after a lost lock, how long COMMAND has between SIGTERM and SIGKILL")
 	permits := fs.Int("permits", 0, "hold one of N permits of KEY, a semaphore (0: a lock)")
 	shared := fs.Bool("shared", false, "hold KEY shared with other -shared holders, excluding the others")
-	replicas := fs.Int("replicas", 0, "take and renew the lock only once N replicas acknowledged it (WAIT), to survive a failover")
-	if err := fs.Parse(args); err != nil {
-		return parseStatus(err)
-	}
-	for name, d := range map[string]time.Duration{"max-hold": *maxHold, "wait": *wait, "grace": *grace} {
-		if d < 0 {
-			fmt.Fprintf(stderr, "redislock: -%s %v: must not be negative\n", name, d)
-			return exitUsage
-		}
-	}
-	key, command, ok := keyAndCommand(fs, stderr)
+	opts, code, ok := h.parse(fs, args, stderr)
 	if !ok {
-		return exitUsage
+		return code
 	}
-
-	client, err := conn.client()
-	if err != nil {
-		complain(stderr, err)
-		return exitUsage
-	}
-	defer client.Close()
-	opts := []redislock.Option{redislock.WithExpiry(*ttl)}
-	if *maxHold > 0 {
-		opts = append(opts, redislock.WithMaxHold(*maxHold))
-	}
+	defer h.client.Close()
 	if *fencing {
 		opts = append(opts, redislock.WithFencing())
 	}
@@ -131,19 +163,14 @@ func runCmd(args []string, stderr io.Writer) int {
 	if *shared {
 		opts = append(opts, redislock.WithShared())
 	}
-	if *replicas != 0 {
-		opts = append(opts, redislock.WithReplicas(*replicas))
-	}
-	if *wait > 0 {
-		opts = append(opts, redislock.WithWaitTimeout(*wait))
-	} else {
+	if h.wait == 0 {
 		opts = append(opts, redislock.WithRetry(redislock.LimitRetry(redislock.DefaultRetry, 1))) // one attempt
 	}
 	// A Locker of its own, closed before the client: Close waits for what
 	// runs in the background (a give-back of an attempt cut short).
-	locker := redislock.NewLocker(redislock.FromGoRedis(client))
+	locker := redislock.NewLocker(redislock.FromGoRedis(h.client))
 	defer locker.Close()
-	lock := locker.NewLock(key, opts...)
+	lock := locker.NewLock(h.key, opts...)
 	env := func() []string {
 		env := []string{"REDISLOCK_OWNER=" + lock.Owner()}
 		if *fencing {
@@ -152,7 +179,7 @@ func runCmd(args []string, stderr io.Writer) int {
 		return env
 	}
 	r := &runner{lock: lock, key: lock.Key(), do: lock.Do, env: env, busy: "is held by another owner",
-		command: command, grace: *grace, stderr: stderr}
+		command: h.command, grace: h.grace, stderr: stderr}
 	return r.run()
 }
 
