@@ -792,3 +792,126 @@ func BenchmarkReplicasPair(b *testing.B) {
 	b.ReportMetric(micros(spent[0])/float64(b.N), "plain-µs/pair")
 	b.ReportMetric(micros(spent[1])/float64(b.N), "replicas-µs/pair")
 }
+
+// BenchmarkElection measures an election's two latencies on a real server:
+// from a leader's Resign to the Campaign of the candidate waiting behind
+// it returning (each op: one handover), beside Resign's own round trip;
+// and, in "observe", from a Proclaim's reply to each of 100 observers on
+// another client receiving the value, in round trips (PING's p50).
+func BenchmarkElection(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.Run("handover", func(b *testing.B) {
+		key := fmt.Sprintf("bench:election:%d", contentionKeys.Add(1))
+		var es [2]*Election
+		for i := range es { // a client each, as two processes would have
+			ci := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+			b.Cleanup(func() { _ = ci.Close() })
+			es[i] = NewElection(FromGoRedis(ci), key)
+		}
+		if err := es[0].Campaign(ctx, "0"); err != nil {
+			b.Fatal(err)
+		}
+		var handovers, resigns, after []time.Duration
+		b.ResetTimer()
+		for n := 0; n < b.N; n++ {
+			leader, next := es[n%2], es[(n+1)%2]
+			elected := make(chan time.Time, 1)
+			go func() {
+				if err := next.Campaign(ctx, "x"); err != nil {
+					b.Error(err)
+				}
+				elected <- time.Now()
+			}()
+			for c.ZCard(ctx, next.rl.names.queue).Val() == 0 { // queued behind the leader
+				time.Sleep(50 * time.Microsecond)
+			}
+			t0 := time.Now()
+			if err := leader.Resign(ctx); err != nil {
+				b.Fatal(err)
+			}
+			resigned := time.Since(t0)
+			handover := (<-elected).Sub(t0)
+			handovers, resigns, after = append(handovers, handover), append(resigns, resigned), append(after, handover-resigned)
+		}
+		b.StopTimer()
+		_ = es[b.N%2].Resign(ctx)
+		b.ReportMetric(micros(percentile(handovers, 50)), "p50-handover-µs")
+		b.ReportMetric(micros(percentile(resigns, 50)), "p50-resign-µs")
+		b.ReportMetric(micros(percentile(after, 50)), "p50-after-resign-µs")
+	})
+	b.Run("observe", func(b *testing.B) {
+		key := fmt.Sprintf("bench:election:%d", contentionKeys.Add(1))
+		leader := NewElection(FromGoRedis(c), key)
+		if err := leader.Campaign(ctx, "v0"); err != nil {
+			b.Fatal(err)
+		}
+		defer leader.Resign(ctx)
+		oc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, PoolSize: 8})
+		b.Cleanup(func() { _ = oc.Close() })
+		locker := NewLocker(FromGoRedis(oc))
+		defer locker.Close()
+		octx, stop := context.WithCancel(ctx)
+		defer stop()
+		const observers = 100
+		var mu sync.Mutex
+		received := map[string][]time.Time{} // value: when each observer got it
+		var ready, done sync.WaitGroup
+		for range observers {
+			ch := locker.NewElection(key).Observe(octx)
+			ready.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				first := true
+				for v := range ch {
+					at := time.Now()
+					mu.Lock()
+					received[v] = append(received[v], at)
+					mu.Unlock()
+					if first {
+						ready.Done()
+						first = false
+					}
+				}
+			}()
+		}
+		ready.Wait()
+		var pings []time.Duration
+		for range 200 {
+			t0 := time.Now()
+			c.Ping(ctx)
+			pings = append(pings, time.Since(t0))
+		}
+		var delays []time.Duration
+		b.ResetTimer()
+		for n := 0; n < b.N; n++ {
+			value := "v" + strconv.Itoa(n+1)
+			if err := leader.Proclaim(ctx, value); err != nil {
+				b.Fatal(err)
+			}
+			replied := time.Now()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Microsecond) {
+				mu.Lock()
+				got := received[value]
+				mu.Unlock()
+				if len(got) == observers {
+					for _, at := range got {
+						delays = append(delays, at.Sub(replied))
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("%d of %d observers received %q", len(got), observers, value)
+				}
+			}
+		}
+		b.StopTimer()
+		stop()
+		done.Wait()
+		rt := percentile(pings, 50)
+		b.ReportMetric(micros(percentile(delays, 50)), "p50-µs")
+		b.ReportMetric(float64(percentile(delays, 50))/float64(rt), "p50-round-trips")
+		b.ReportMetric(micros(rt), "round-trip-µs")
+	})
+}

@@ -314,3 +314,104 @@ func TestObserveSeesEveryProclaim(t *testing.T) {
 	}
 	must(t, e.Resign(ctx))
 }
+
+// TestFaultElectionRepliesLost: the proxy drops the reply of each call of
+// an election after the server ran it; go-redis and go-zero send it again.
+// A Campaign whose acquisition ran leads; a Proclaim whose script ran
+// twice is seen once, with its value; Leader reads through; a Resign that
+// ran is a resignation, and the next candidate leads.
+func TestFaultElectionRepliesLost(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	px := startProxy(t, srv.Addr)
+	ctx := context.Background()
+	stores := map[string]func() Scripter{
+		"go-redis": func() Scripter {
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { _ = c.Close() })
+			return FromGoRedis(c)
+		},
+		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
+	}
+	fc := &faultCount{t: t}
+	dropped := func(what string, call func()) {
+		before := px.replyDrops.Load()
+		px.dropReplies.Store(1)
+		call()
+		px.dropReplies.Store(0)
+		fc.runs++
+		if px.replyDrops.Load() == before {
+			t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
+		}
+	}
+	for name, newStore := range stores {
+		key := "lost:election:" + name
+		e, next := NewElection(newStore(), key), NewElection(FromGoRedis(admin), key)
+		if _, err := e.Leader(ctx); !errors.Is(err, ErrNoLeader) { // a connection warmed
+			t.Fatal(err)
+		}
+		octx, stop := context.WithCancel(ctx)
+		defer stop()
+		observed := next.Observe(octx)
+		if v := <-observed; v != "" {
+			t.Fatalf("%s: Observe before any term: %q", name, v)
+		}
+		dropped(name+": Campaign", func() {
+			if err := e.Campaign(ctx, "a"); err != nil || !e.IsLeader() {
+				fc.violate("%s: Campaign with its acquisition's reply lost: %v (leads: %v)", name, err, e.IsLeader())
+			}
+		})
+		dropped(name+": Proclaim", func() {
+			if err := e.Proclaim(ctx, "b"); err != nil {
+				fc.violate("%s: Proclaim with its reply lost: %v", name, err)
+			}
+		})
+		dropped(name+": Leader", func() {
+			if v, err := e.Leader(ctx); v != "b" || err != nil {
+				fc.violate("%s: Leader with its reply lost: %q, %v", name, v, err)
+			}
+		})
+		for _, want := range []string{"a", "b"} {
+			if v := <-observed; v != want {
+				fc.violate("%s: Observe got %q, want %q", name, v, want)
+			}
+		}
+		campaigned := make(chan error, 1)
+		go func() { campaigned <- next.Campaign(ctx, "c") }()
+		waitQueued(t, admin, key, 1)
+		dropped(name+": Resign", func() {
+			if err := e.Resign(ctx); err != nil || e.IsLeader() {
+				fc.violate("%s: Resign with its reply lost: %v (leads: %v)", name, err, e.IsLeader())
+			}
+		})
+		if err := <-campaigned; err != nil {
+			fc.violate("%s: the next candidate after the Resign: %v", name, err)
+		}
+	handover:
+		for { // "" until the next leader proclaims
+			select {
+			case v := <-observed:
+				if v == "c" {
+					break handover
+				} else if v != "" {
+					fc.violate("%s: Observe after the handover: %q, want c", name, v)
+				}
+			case <-time.After(5 * time.Second):
+				fc.violate("%s: Observe never sent the next leader's value", name)
+				break handover
+			}
+		}
+		if err := next.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		for range observed { // closed once Observe is over
+		}
+	}
+	recordFault(t, faultRow{
+		Case:      "34. election: reply lost after the script ran",
+		Injection: "the proxy closes the connection instead of forwarding the reply of a Campaign's acquisition, a Proclaim, a Leader or a Resign (go-redis and go-zero retry)",
+		Promise:   "a Campaign whose acquisition ran leads; a Proclaim run twice is observed once; a Resign that ran is one, and the next candidate leads",
+		Runs:      fc.runs, Faults: px.replyDrops.Load(), Violations: fc.violations,
+	})
+}

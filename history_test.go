@@ -31,13 +31,16 @@ type fencedOp struct {
 	Token    int64
 	Read     int64
 	Accepted bool
+	Unknown  bool  // the write's outcome is not known (it may not have run)
 	Call     int64 // before the read, in ns since the epoch (all processes share the clock)
 	Return   int64 // after the write
 }
 
 func (o fencedOp) String() string {
 	verdict := "accepted"
-	if !o.Accepted {
+	if o.Unknown {
+		verdict = "unknown"
+	} else if !o.Accepted {
 		verdict = "refused"
 	}
 	return fmt.Sprintf("client %d on %s, token %d: read %d, wrote %d %s, [%s, %s]", o.Client, o.Key, o.Token, o.Read, o.Read+1, verdict,

@@ -36,12 +36,16 @@ import (
 // own accounting if it learnt of a loss, to the release's return, or to a
 // lease later for a release unanswered or a process killed), and for
 // fenced locks, its fenced read-modify-write of a counter in a server of
-// its own. porcupine then checks each key's history: a lock (plain,
-// fenced, fair) against a semaphore of one, a semaphore against one of its
-// permits, a shared lock against readers-writers, and the fenced writes
-// against a fenced register. With WithReplicas(1) no violation is
-// promised; without it, failovers to a lagging replica give the lock to a
-// second holder, and the run measures how often.
+// its own. A process is killed at any moment: before each release and
+// each fenced write it records that it begins them, so that a release
+// that ran ends the belief there, and a write that may have run counts
+// as one that may have. porcupine then checks each key's history: a lock
+// (plain, fenced, fair) and an election's terms against a semaphore of
+// one, a semaphore against one of its permits, a shared lock against
+// readers-writers, and the fenced writes (under terms too) against a
+// fenced register. With WithReplicas(1) no violation is promised; without
+// it, failovers to a lagging replica give the lock to a second holder, and
+// the run measures how often.
 
 // nemesisPrimitive is a key the workers share, of one kind of lock.
 type nemesisPrimitive struct {
@@ -51,6 +55,25 @@ type nemesisPrimitive struct {
 	fenced    bool // sections write the counter with their tokens
 	workers   int  // per process
 	writers   int  // of a shared lock: exclusive workers per process, after its shares
+	election  bool // candidates: Campaign and Resign, a term a section
+}
+
+// nemesisHolder is what a worker holds: a lock, or an Election's terms.
+type nemesisHolder struct {
+	rl      *RedisLock // its holds (Until, Done, Token, Owner)
+	acquire func(context.Context) error
+	release func(context.Context) (bool, error)
+}
+
+// nemesisHolderOf returns the worker client's holder of p, from locker.
+func nemesisHolderOf(locker *Locker, p nemesisPrimitive, opts []Option, client int) nemesisHolder {
+	if p.election {
+		e := locker.NewElection(p.key, opts...)
+		return nemesisHolder{rl: e.rl, acquire: func(ctx context.Context) error { return e.Campaign(ctx, strconv.Itoa(client)) },
+			release: func(ctx context.Context) (bool, error) { err := e.Resign(ctx); return err == nil, err }}
+	}
+	rl := locker.NewLock(p.key, opts...)
+	return nemesisHolder{rl: rl, acquire: rl.AcquireWait, release: rl.ReleaseCtx}
 }
 
 var nemesisPrimitives = []nemesisPrimitive{
@@ -59,6 +82,7 @@ var nemesisPrimitives = []nemesisPrimitive{
 	{name: "fair", key: "nemesis:fair", opts: []Option{WithFairness(), WithFencing()}, n: 1, fenced: true, workers: 1},
 	{name: "permits", key: "nemesis:permits", opts: []Option{WithPermits(2)}, n: 2, workers: 2},
 	{name: "shared", key: "nemesis:shared", opts: []Option{WithShared()}, n: 0, workers: 2, writers: 1},
+	{name: "election", key: "nemesis:election", n: 1, fenced: true, workers: 1, election: true},
 }
 
 // nemesisLease is every lock's lease in the nemesis.
@@ -95,6 +119,14 @@ func nemesisChild(out io.Writer) error {
 	}
 	defer history.Close()
 	record := func(format string, args ...any) { _, _ = history.WriteString(fmt.Sprintf(format, args...)) }
+	if os.Getenv("REDISLOCK_NEMESIS_KEEP") != "" {
+		trace, err := os.OpenFile(os.Getenv("NEMESIS_HISTORY")+".trace", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer trace.Close()
+		c.AddHook(traceHook{trace})
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
 	locker := NewLocker(FromGoRedis(c), WithExpiry(nemesisLease), WithReplicas(replicas), WithWaitTimeout(2*time.Second))
@@ -107,14 +139,14 @@ func nemesisChild(out io.Writer) error {
 			if w >= p.workers { // a shared lock's writer
 				shared, opts = false, nil
 			}
-			rl := locker.NewLock(p.key, opts...)
 			id := client
 			client++
+			holder := nemesisHolderOf(locker, p, opts, id)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					if nemesisSection(ctx, rl, pi, id, shared, resource, record) {
+					if nemesisSection(ctx, holder, pi, id, shared, resource, record) {
 						sections.Add(1)
 					}
 				}
@@ -130,19 +162,65 @@ func nemesisChild(out io.Writer) error {
 	return nil
 }
 
+// traceHook writes each command (of a pipeline too) that names a key of
+// the nemesis's locks, with its start, its end and its reply, to a file.
+type traceHook struct{ out *os.File }
+
+func (traceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now().UnixNano()
+		err := next(ctx, cmd)
+		h.write(start, []redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (h traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := time.Now().UnixNano()
+		err := next(ctx, cmds)
+		h.write(start, cmds)
+		return err
+	}
+}
+
+func (h traceHook) write(start int64, cmds []redis.Cmder) {
+	end := time.Now().UnixNano()
+	var b strings.Builder
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if line := fmt.Sprint(args...); !strings.Contains(line, "nemesis:fenced") && !strings.Contains(line, "nemesis:fair") && !strings.Contains(line, "nemesis:election") &&
+			(cmd.Name() != "wait" || b.Len() == 0) {
+			continue
+		}
+		if len(args) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") { // the script's hash or text
+			args = append([]any{args[0], "-"}, args[2:]...)
+		}
+		reply := fmt.Sprint(cmd.Err())
+		if c, ok := cmd.(*redis.Cmd); ok && cmd.Err() == nil {
+			reply = fmt.Sprint(c.Val())
+		}
+		fmt.Fprintf(&b, "%d %d %v => %s\n", start, end, args, strings.ReplaceAll(reply, "\n", " | "))
+	}
+	_, _ = h.out.WriteString(b.String())
+}
+
 // nemesisSection is one section of a worker, recorded as "H" lines (take,
 // give) and, fenced, an "F" line (see nemesisOp). It reports whether the
 // worker held the lock.
-func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared bool, resource *redis.Client,
+func nemesisSection(ctx context.Context, holder nemesisHolder, prim, client int, shared bool, resource *redis.Client,
 	record func(string, ...any)) bool {
+	rl := holder.rl
 	call := time.Now().UnixNano()
-	if err := rl.AcquireWait(ctx); err != nil {
+	if err := holder.acquire(ctx); err != nil {
 		if ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond) // refused, not replicated: again
 		}
 		return false
 	}
-	record("H %d %d %t true %d %d true\n", prim, client, shared, call, time.Now().UnixNano())
+	record("H %d %d %t true %d %d true %s\n", prim, client, shared, call, time.Now().UnixNano(), rl.Owner())
 	until := rl.Until()
 	record("U %d %d %d\n", prim, client, until.UnixNano()) // its belief's end, should its process be killed
 	if nemesisPrimitives[prim].fenced && believes(rl) {
@@ -150,9 +228,14 @@ func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared
 		op := fencedOp{Key: key, Client: client, Token: rl.Token(), Call: time.Now().UnixNano()}
 		n, err := resource.HGet(context.Background(), key, "count").Int64()
 		if err == nil || errors.Is(err, redis.Nil) {
+			// W before the write, F after: a write whose process was
+			// killed between them may have run.
+			record("W %d %d %d %d %d\n", prim, client, op.Token, n, op.Call)
+			outcome := "unknown"
 			if ok, err := hammerWrite.Run(context.Background(), resource, []string{key}, op.Token, n+1).Int(); err == nil {
-				record("F %d %d %d %d %t %d %d\n", prim, client, op.Token, n, ok == 1, op.Call, time.Now().UnixNano())
+				outcome = map[bool]string{true: "accepted", false: "refused"}[ok == 1]
 			}
+			record("F %d %d %d %d %s %d %d\n", prim, client, op.Token, n, outcome, op.Call, time.Now().UnixNano())
 		}
 	}
 	hold := time.Duration(rand.IntN(3000)) * time.Microsecond
@@ -181,7 +264,8 @@ func nemesisSection(ctx context.Context, rl *RedisLock, prim, client int, shared
 	if until.Before(end) {
 		end = until
 	}
-	ok, err := rl.ReleaseCtx(context.Background())
+	record("G %d %d %d\n", prim, client, end.UnixNano()) // its belief's end, should its process be killed releasing
+	ok, err := holder.release(context.Background())
 	ret := time.Now()
 	if !ok || err != nil { // unanswered, or lost: the key lasts a lease at most
 		ret = end.Add(nemesisLease)
@@ -197,8 +281,11 @@ type nemesisOp struct {
 	prim     int
 	hold     holdOp
 	released bool
+	owner    string // a take's
 	fenced   *fencedOp
+	intent   bool // fenced is a write about to be sent ("W")
 	until    int64
+	giving   int64 // the end of a belief, as a release is sent ("G")
 }
 
 func parseNemesisOps(path string) ([]nemesisOp, error) {
@@ -216,17 +303,29 @@ func parseNemesisOps(path string) ([]nemesisOp, error) {
 		switch {
 		case strings.HasPrefix(line, "H "):
 			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.hold.Shared, &op.hold.Take, &op.hold.Call, &op.hold.Return, &op.released)
+			if err == nil && op.hold.Take {
+				_, err = fmt.Sscan(line, &kind, &kind, &kind, &kind, &kind, &kind, &kind, &kind, &op.owner)
+			}
+		case strings.HasPrefix(line, "G "):
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.giving)
 		case strings.HasPrefix(line, "U "):
 			_, err = fmt.Sscan(line, &kind, &op.prim, &op.hold.Client, &op.until)
+		case strings.HasPrefix(line, "W "):
+			op.fenced, op.intent = &fencedOp{Unknown: true}, true
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &op.fenced.Call)
 		case strings.HasPrefix(line, "F "):
 			op.fenced = &fencedOp{}
-			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &op.fenced.Accepted, &op.fenced.Call, &op.fenced.Return)
-			op.fenced.Key = nemesisPrimitives[op.prim].key
+			var outcome string
+			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &outcome, &op.fenced.Call, &op.fenced.Return)
+			op.fenced.Accepted, op.fenced.Unknown = outcome == "accepted", outcome == "unknown"
 		default:
 			err = errors.New("unknown")
 		}
 		if err != nil || op.prim < 0 || op.prim >= len(nemesisPrimitives) {
 			continue // the last line of a process killed while it wrote
+		}
+		if op.fenced != nil {
+			op.fenced.Key = nemesisPrimitives[op.prim].key
 		}
 		ops = append(ops, op)
 	}
@@ -236,21 +335,23 @@ func parseNemesisOps(path string) ([]nemesisOp, error) {
 // fencedRegister is the specification of the fenced writes: an accepted
 // write read the value the last accepted one wrote, with a higher token;
 // a refused one had a token no higher than an accepted one's (a stale
-// holder, refused by the resource: what fencing is for).
-var fencedRegister = porcupine.Model{
-	Init: func() any { return counterState{} },
-	Step: func(state, input, _ any) (bool, any) {
+// holder, refused by the resource: what fencing is for); one whose
+// outcome is unknown either did not run or is one of those.
+var fencedRegister = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{counterState{}} },
+	Step: func(state, input, _ any) []any {
 		s, op := state.(counterState), input.(fencedOp)
-		switch {
-		case op.Accepted && op.Read == s.count && op.Token > s.token:
-			return true, counterState{count: s.count + 1, token: op.Token}
-		case !op.Accepted && op.Token <= s.token:
-			return true, s
+		var next []any
+		if (op.Accepted || op.Unknown) && op.Read == s.count && op.Token > s.token {
+			next = append(next, counterState{count: s.count + 1, token: op.Token})
 		}
-		return false, s
+		if !op.Accepted && op.Token <= s.token || op.Unknown {
+			next = append(next, s)
+		}
+		return next
 	},
 	DescribeOperation: func(input, _ any) string { return input.(fencedOp).String() },
-}
+}).ToModel()
 
 // overlaps returns the moments at which more holders believed they held
 // than the kind allows: a section believes from its take's return to its
@@ -290,19 +391,32 @@ func overlaps(n int, sections [][2]holdOp) []int64 {
 
 // explain returns the sections that believed at moment at, and the faults
 // of the 3 s before it.
-func (nm *nemesis) explain(at int64, sections [][2]holdOp, released map[[2]holdOp]bool) string {
+func (nm *nemesis) explain(at int64, key string, sections [][2]holdOp, released map[[2]holdOp]bool, owners map[holdOp]string) string {
 	var b strings.Builder
 	ts := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
 	fmt.Fprintf(&b, "  at %s:\n", ts(at))
+	clients := map[string]int{}
+	for take, owner := range owners {
+		clients[owner] = take.Client
+	}
 	for _, s := range sections {
 		if s[0].Return <= at && at < s[1].Call {
-			fmt.Fprintf(&b, "    client %d shared=%v: take [%s, %s], give [%s, %s], released %v\n", s[0].Client, s[0].Shared,
-				ts(s[0].Call), ts(s[0].Return), ts(s[1].Call), ts(s[1].Return), released[s])
+			fmt.Fprintf(&b, "    client %d shared=%v owner %s: take [%s, %s], give [%s, %s], released %v\n", s[0].Client, s[0].Shared,
+				owners[s[0]], ts(s[0].Call), ts(s[0].Return), ts(s[1].Call), ts(s[1].Return), released[s])
+		}
+	}
+	for _, e := range nm.audit {
+		if e.key == key && e.at > at-int64(2*time.Second) && e.at < at+int64(300*time.Millisecond) {
+			who := "missing"
+			if e.value != "" {
+				who = fmt.Sprintf("%.12s (client %d)", e.value, clients[e.value])
+			}
+			fmt.Fprintf(&b, "    server %d at %s: %s\n", e.server, ts(e.at), who)
 		}
 	}
 	for _, line := range nm.log {
 		when, what, _ := strings.Cut(line, " ")
-		if ns, _ := strconv.ParseInt(when, 10, 64); ns > at-int64(3*time.Second) && ns <= at {
+		if ns, _ := strconv.ParseInt(when, 10, 64); ns > at-int64(3*time.Second) && ns <= at+int64(300*time.Millisecond) {
 			fmt.Fprintf(&b, "    fault at %s: %s\n", ts(ns), what)
 		}
 	}
@@ -346,6 +460,7 @@ type nemesis struct {
 	children  []*nemesisWorkers
 	killed    map[int]int64 // a killed child's first client: when
 	failovers []int64       // when a replica was promoted
+	audit     []auditEntry  // what each server's lock keys held, as it changed
 	lagging   int           // failovers to a replica that lagged
 	nextBase  int
 }
@@ -363,6 +478,63 @@ func (nm *nemesis) count(kind string) {
 	nm.mu.Lock()
 	nm.faults[kind]++
 	nm.log = append(nm.log, fmt.Sprintf("%d %s", time.Now().UnixNano(), kind))
+	nm.mu.Unlock()
+}
+
+// auditEntry is a value a server's key took, seen at at ("" missing).
+type auditEntry struct {
+	at         int64
+	server     int
+	key, value string
+}
+
+// auditKeys polls every server for the keys of the locks every 2 ms, and
+// records each change of what they hold, until ctx ends.
+func (nm *nemesis) auditKeys(ctx context.Context, wg *sync.WaitGroup) {
+	var keys []string
+	for _, p := range nemesisPrimitives {
+		if p.n == 1 {
+			keys = append(keys, p.key)
+		}
+	}
+	for i, srv := range nm.set.servers {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
+			ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			last := map[string]string{}
+			for ctx.Err() == nil {
+				cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, k := range keys {
+						p.Get(ctx, k)
+					}
+					return nil
+				})
+				now := time.Now().UnixNano()
+				for j, cmd := range cmds {
+					v, err := cmd.(*redis.StringCmd).Result()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						continue
+					}
+					if v != last[keys[j]] {
+						last[keys[j]] = v
+						nm.mu.Lock()
+						nm.audit = append(nm.audit, auditEntry{now, i, keys[j], v})
+						nm.mu.Unlock()
+					}
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+}
+
+// note adds what happened to the log of faults.
+func (nm *nemesis) note(format string, args ...any) {
+	nm.mu.Lock()
+	nm.log = append(nm.log, fmt.Sprintf("%d ", time.Now().UnixNano())+fmt.Sprintf(format, args...))
 	nm.mu.Unlock()
 }
 
@@ -393,6 +565,7 @@ func (nm *nemesis) startChild() {
 	nm.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); r.Close() })
 	child := &nemesisWorkers{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(r), base: base}
 	expectLine(nm.t, child.lines, "started")
+	nm.note("  child %d started", base)
 	nm.mu.Lock()
 	nm.children = append(nm.children, child)
 	nm.mu.Unlock()
@@ -424,6 +597,7 @@ func (nm *nemesis) settle() {
 	for i, a := range nm.admins {
 		if i != p && strings.Contains(a.Info(ctx, "replication").Val(), "role:master") {
 			_, port, _ := strings.Cut(nm.set.repl[p].Addr(), ":")
+			nm.note("  settle: server %d made a replica of %d", i, p)
 			a.Do(ctx, "REPLICAOF", "127.0.0.1", port)
 		}
 	}
@@ -457,6 +631,7 @@ func (nm *nemesis) failOver(lagging bool) {
 		if r := nm.set.primary(); r >= 0 && r != p {
 			nm.mu.Lock()
 			nm.failovers = append(nm.failovers, time.Now().UnixNano())
+			nm.log = append(nm.log, fmt.Sprintf("%d   server %d promoted", time.Now().UnixNano(), r))
 			if lagging {
 				nm.lagging++
 			}
@@ -476,15 +651,18 @@ type serverFault struct {
 var serverFaultKinds = []serverFault{
 	{"SIGSTOP of a server", func(nm *nemesis) {
 		i := rand.IntN(len(nm.set.servers))
+		nm.note("  server %d stopped (primary %d)", i, nm.set.primary())
 		nm.set.servers[i].Signal(nm.t, syscall.SIGSTOP)
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		nm.set.servers[i].Signal(nm.t, syscall.SIGCONT)
 	}},
 	{"kill -9 and restart of a server", func(nm *nemesis) {
 		i := rand.IntN(len(nm.set.servers))
+		nm.note("  server %d killed (primary %d)", i, nm.set.primary())
 		nm.set.servers[i].Stop()
 		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
 		nm.set.restart(nm.t, i)
+		nm.note("  server %d restarted", i)
 	}},
 	{"DEBUG SLEEP of the primary", func(nm *nemesis) {
 		if p := nm.set.primary(); p >= 0 {
@@ -527,14 +705,17 @@ var lightFaults = []serverFault{
 			c.dead = true
 			nm.killed[c.base] = time.Now().UnixNano()
 			nm.mu.Unlock()
+			nm.note("  child %d killed", c.base)
 			_ = c.cmd.Process.Signal(syscall.SIGKILL)
 		}
 	}},
 	{"holder process SIGSTOPped past its lease", func(nm *nemesis) {
 		if c := nm.aliveChild(); c != nil {
+			nm.note("  child %d stopped", c.base)
 			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
 			time.Sleep(nemesisLease + time.Duration(200+rand.IntN(600))*time.Millisecond)
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+			nm.note("  child %d continued", c.base)
 		}
 	}},
 }
@@ -564,6 +745,13 @@ func runNemesis(t *testing.T, replicas int, d time.Duration) {
 		return []string{"--dir", dirs[i], "--appendonly", "yes", "--appendfsync", "always"}
 	}, "sentinel failover-timeout mymaster 3000")
 	nm := &nemesis{t: t, set: set, dir: t.TempDir(), replicas: replicas, faults: map[string]int{}, killed: map[int]int64{}}
+	if keep := os.Getenv("REDISLOCK_NEMESIS_KEEP"); keep != "" { // the histories, and a trace of the children's commands
+		var err error
+		if nm.dir, err = os.MkdirTemp(keep, "nemesis-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("nemesis: histories kept in %s", nm.dir)
+	}
 	for _, s := range set.servers {
 		nm.admins = append(nm.admins, s.Client(t))
 	}
@@ -573,6 +761,9 @@ func runNemesis(t *testing.T, replicas int, d time.Duration) {
 	}
 	nm.env = []string{"NEMESIS_SENTINEL=" + set.sentinel.Addr, "NEMESIS_DIAL=" + strings.Join(dial, ","),
 		"NEMESIS_RESOURCE=" + redisserver.Start(t).Addr, "NEMESIS_REPLICAS=" + strconv.Itoa(replicas)}
+	auditCtx, stopAudit := context.WithCancel(context.Background())
+	var audit sync.WaitGroup
+	nm.auditKeys(auditCtx, &audit)
 	for range 3 {
 		nm.startChild()
 	}
@@ -642,6 +833,21 @@ func runNemesis(t *testing.T, replicas int, d time.Duration) {
 			t.Errorf("child %d: %v", c.base, err)
 		}
 	}
+	stopAudit()
+	audit.Wait()
+	if os.Getenv("REDISLOCK_NEMESIS_KEEP") != "" {
+		var b strings.Builder
+		for _, line := range nm.log {
+			fmt.Fprintln(&b, line)
+		}
+		for base, at := range nm.killed {
+			fmt.Fprintf(&b, "%d killed %d\n", at, base)
+		}
+		for _, e := range nm.audit {
+			fmt.Fprintf(&b, "%d audit %d %s %s\n", e.at, e.server, e.key, e.value)
+		}
+		_ = os.WriteFile(filepath.Join(nm.dir, "log"), []byte(b.String()), 0o644)
+	}
 	nm.check(d)
 }
 
@@ -668,26 +874,40 @@ func (nm *nemesis) check(d time.Duration) {
 	writes := make([][]fencedOp, len(nemesisPrimitives))
 	kept := 0
 	released := map[[2]holdOp]bool{}
+	owners := map[holdOp]string{} // each take's owner id
 	for _, path := range paths {
-		base, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), "history-"))
+		base, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), "history-"))
+		if err != nil {
+			continue // a trace
+		}
 		ops, err := parseNemesisOps(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		open := map[int]nemesisOp{} // each client's take without its give yet
-		until := map[int]int64{}    // and the end of its lease it knew last
+		open := map[int]nemesisOp{}    // each client's take without its give yet
+		until := map[int]int64{}       // and the end of its lease it knew last
+		writing := map[int]nemesisOp{} // and its fenced write sent, without its outcome yet
 		for _, op := range ops {
 			switch {
+			case op.intent:
+				writing[op.fenced.Client] = op
+				continue
 			case op.fenced != nil:
+				delete(writing, op.fenced.Client)
 				writes[op.prim] = append(writes[op.prim], *op.fenced)
 				continue
 			case op.until != 0:
 				until[op.hold.Client] = op.until
 				continue
+			case op.giving != 0:
+				until[op.hold.Client] = op.giving
+				continue
 			}
 			holds[op.prim] = append(holds[op.prim], op.hold)
 			if op.hold.Take {
 				open[op.hold.Client] = op
+				owners[op.hold] = op.owner
+				delete(until, op.hold.Client) // a former section's
 				continue
 			}
 			take := open[op.hold.Client]
@@ -700,6 +920,15 @@ func (nm *nemesis) check(d time.Duration) {
 					break
 				}
 			}
+		}
+		for _, w := range writing { // its process was killed as it wrote: the write may have run, until a while after
+			at, ok := nm.killed[base]
+			if !ok {
+				t.Errorf("client %d began a fenced write and never ended it", w.fenced.Client)
+				continue
+			}
+			w.fenced.Return = max(at, w.fenced.Call) + int64(time.Second)
+			writes[w.prim] = append(writes[w.prim], *w.fenced)
 		}
 		for _, take := range open { // its process was killed holding: it believed until then, or its lease's end
 			at, ok := nm.killed[base]
@@ -734,7 +963,7 @@ func (nm *nemesis) check(d time.Duration) {
 		if violations > 0 && nm.replicas > 0 {
 			var b strings.Builder
 			for _, at := range moments[:min(len(moments), 5)] {
-				b.WriteString(nm.explain(at, sections[i], released))
+				b.WriteString(nm.explain(at, p.key, sections[i], released, owners))
 			}
 			t.Errorf("%s: %d moments with more holders than %s allows; the first:\n%s", p.name, violations, p.name, b.String())
 		}
@@ -765,6 +994,9 @@ func (nm *nemesis) check(d time.Duration) {
 		}
 		total += int64(violations)
 		model := map[int]string{0: "readers-writers", 1: "a lock", 2: "a semaphore of 2"}[p.n]
+		if p.election {
+			model = "one leader at a time"
+		}
 		if p.fenced {
 			model += " and a fenced register"
 		}

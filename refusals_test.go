@@ -349,7 +349,7 @@ type scriptCase struct {
 
 func scriptCases() []scriptCase {
 	k, ab, fence, queue, waiters := "s", relatedName("s", "abandoned"), relatedName("s", "fence"), relatedName("s", "queue"), relatedName("s", "waiters")
-	marker, broken := relatedName("s", "releases"), relatedName("s", "broken")
+	marker, broken, leader := relatedName("s", "releases"), relatedName("s", "broken"), relatedName("s", "leader")
 	return []scriptCase{
 		{"acquire, free", store.Acquire, nil, []string{k, ab}, []any{"me", 10000},
 			[]string{"SET", "SISMEMBER"}, nil, true, false},
@@ -385,6 +385,13 @@ func scriptCases() []scriptCase {
 			[]string{"TYPE", "GET", "TIME", "ZRANGE", "HGET", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
 		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
+		// Elections.
+		{"proclaim, leading", store.Proclaim, map[string]string{k: "me", leader: "me\n1\nv"}, []string{k, leader}, []any{"me", "w", "ch"},
+			[]string{"GET", "SET", "PUBLISH"}, []string{"PUBLISH"}, true, false},
+		{"proclaim, not leading", store.Proclaim, map[string]string{k: "other"}, []string{k, leader}, []any{"me", "w", "ch"},
+			[]string{"GET"}, nil, false, false},
+		{"leader", store.Leader, map[string]string{k: "other", leader: "other\n1\nv"}, []string{k, leader}, nil,
+			[]string{"GET", "PTTL"}, nil, false, false},
 		// Semaphores and shared locks: "zset <mark> <score> <holder>..." (see setup).
 		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},
 			[]string{"ZSCORE", "GET", "TIME", "ZADD", "PEXPIRE", "PTTL", "SISMEMBER"}, nil, true, false},
@@ -569,7 +576,7 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 // lets through, and after one of them (whatever it changed) everything:
 // a fair waiter's give-up leaves the queue first, and so is recorded.
 var denyOOMFirst = map[string]bool{
-	"acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
+	"proclaim, leading": true, "acquire, free": true, "acquire, free, fenced": true, "acquire, held": true, "acquire, retried": true,
 	"release, given up": true, "fair acquire, join": true, "fair acquire, free": true,
 	"permit acquire, free": true, "permit acquire, free, fenced": true, "fair acquire, a permit, join": true, "acquire, shared, waiting": true, "acquire, shared, left": true,
 	"fair acquire, exclusive, shares lapsed": true, "fair acquire, a share, join": true, "fair acquire, a share, free": true, "fair acquire, a share, behind a writer": true, "fair acquire, exclusive, shares hold": true,
