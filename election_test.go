@@ -415,3 +415,101 @@ func TestFaultElectionRepliesLost(t *testing.T) {
 		Runs:      fc.runs, Faults: px.replyDrops.Load(), Violations: fc.violations,
 	})
 }
+
+// TestElectionOnACluster: on 3 primaries, through a ClusterClient, an
+// election's keys share their slot: candidates are elected in turn with
+// rising terms, and Observe follows the values.
+func TestElectionOnACluster(t *testing.T) {
+	c, _ := startCluster(t)
+	ctx := context.Background()
+	st := FromGoRedis(c)
+	a, b, watcher := NewElection(st, "cl:election"), NewElection(st, "cl:election"), NewElection(st, "cl:election")
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	observed := watcher.Observe(octx)
+	expect := func(want string) {
+		t.Helper()
+		for v := range observed {
+			if v == want {
+				return
+			}
+		}
+		t.Fatalf("Observe closed before %q", want)
+	}
+	expect("")
+	if err := a.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expect("a")
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- b.Campaign(ctx, "b") }()
+	waitFor(t, 10*time.Second, "b queued", func() bool { return c.ZCard(ctx, b.rl.names.queue).Val() == 1 })
+	if err := a.Proclaim(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	expect("a2")
+	term := a.Term()
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-campaigned; err != nil || b.Term() <= term {
+		t.Fatalf("b's Campaign: %v; term %d after %d", err, b.Term(), term)
+	}
+	expect("b")
+	if v, err := watcher.Leader(ctx); v != "b" || err != nil {
+		t.Fatalf("Leader: %q, %v", v, err)
+	}
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("")
+}
+
+// TestElectionTermsRiseAcrossRestarts: kill -9 and a restart of Redis
+// keep terms rising: with appendonly and fsync always the leader keeps its
+// term, and the next one's is higher; without persistence the leader
+// learns of its loss, and the next term is higher all the same (terms
+// follow the server's clock).
+func TestElectionTermsRiseAcrossRestarts(t *testing.T) {
+	for _, persisted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("appendonly=%v", persisted), func(t *testing.T) {
+			var args []string
+			if persisted {
+				args = []string{"--dir", t.TempDir(), "--appendonly", "yes", "--appendfsync", "always"}
+			}
+			srv := redisserver.Start(t, args...)
+			ctx := context.Background()
+			st := FromGoRedis(newClient(t, srv.Addr))
+			a, b := NewElection(st, "restarted", WithExpiry(3*time.Second)), NewElection(st, "restarted", WithExpiry(3*time.Second))
+			if err := a.Campaign(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			term := a.Term()
+			srv.Restart(t)
+			if persisted {
+				time.Sleep(1500 * time.Millisecond) // a renewal or two
+				if !a.IsLeader() || a.Term() != term {
+					t.Fatalf("after a restart with the term persisted: leads %v (Err %v), term %d, was %d", a.IsLeader(), a.Err(), a.Term(), term)
+				}
+				if err := a.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				waitDone(t, a.Done(), "the leadership the restart erased")
+				if !errors.Is(a.Err(), ErrLockLost) {
+					t.Fatalf("Err after the restart erased the term: %v", a.Err())
+				}
+			}
+			if err := b.Campaign(ctx, "b"); err != nil {
+				t.Fatal(err)
+			}
+			if b.Term() <= term {
+				t.Fatalf("the term after the restart, %d, is not above %d", b.Term(), term)
+			}
+			if err := b.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_ = a.Resign(ctx) // after a loss: reports it
+		})
+	}
+}

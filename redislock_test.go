@@ -376,6 +376,7 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	}
 	h := rl.cur
 	clk.Advance(time.Second) // the first renewal is due
+	sent := clk.Now()
 	waitDone(t, store.entered, "the renewal started")
 	cause := errors.New("shutting down")
 	cancel(cause)
@@ -384,13 +385,15 @@ func TestHoldingContextEndsDuringRenewal(t *testing.T) {
 	for watchRunning(rl, h) {
 		time.Sleep(time.Millisecond)
 	}
-	for i := 0; i < 3; i++ { // two more intervals, then past the renewed lease
-		clk.Advance(time.Second)
+	renewed := sent.Add(3*time.Second - renew.Margin(3*time.Second))
+	if !rl.Until().Equal(renewed) {
+		t.Fatalf("Until %v after the renewal got through; want the lease it gave, to %v", rl.Until(), renewed)
 	}
+	clk.Advance(renewed.Sub(clk.Now()) - time.Millisecond) // to just before the lease the renewal gave runs out
 	if isClosed(rl.Done()) {
 		t.Fatal("Done closed before the lease the renewal gave ran out")
 	}
-	clk.Advance(time.Second)
+	clk.Advance(time.Millisecond)
 	waitDone(t, rl.Done(), "lease ran out")
 	if !errors.Is(rl.Err(), cause) {
 		t.Fatalf("Err = %v, want the cause", rl.Err())

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redislock/redislock"
 	"github.com/redislock/redislock/internal/redisserver"
 )
 
@@ -109,5 +112,59 @@ func TestElectCommand(t *testing.T) {
 	}
 	if strings.Join(values, " ") != "v0 v1 v2" || !strings.HasPrefix(watched.String(), "\nv0\n") {
 		t.Fatalf("leader -watch printed %q", watched.String())
+	}
+}
+
+// TestStatusAndBreakOfAnElection: "status" on an election's key names the
+// leader's owner id, the latest term (the fencing counter) and the
+// candidates waiting; "break" ends the term: the leader learns of the loss
+// (Done, ErrLockLost) and the next candidate leads, in a later term.
+func TestStatusAndBreakOfAnElection(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	st := redislock.FromGoRedis(srv.Client(t))
+	leader, next := redislock.NewElection(st, "broken", redislock.WithExpiry(time.Second)), redislock.NewElection(st, "broken")
+	if err := leader.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- next.Campaign(ctx, "b") }()
+	for deadline := time.Now().Add(10 * time.Second); srv.Client(t).ZCard(ctx, "{broken}:redislock:queue").Val() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the candidate did not queue")
+		}
+	}
+	var out lockedBuffer
+	term := leader.Term()
+	seen, err := redislock.NewRedisLock(st, "broken").Inspect(ctx)
+	if err != nil || seen.Owner == "" {
+		t.Fatal(seen, err)
+	}
+	want := fmt.Sprintf("broken: held by %s, ", seen.Owner)
+	if code := run([]string{"status", "-addr", srv.Addr, "broken"}, &out, &out); code != 0 || !strings.HasPrefix(out.String(), want) ||
+		!strings.HasSuffix(out.String(), fmt.Sprintf("; fencing counter %d; 1 waiting\n", term)) {
+		t.Fatalf("status: exit %d: %q; want %q..., the term %d and 1 waiting", code, out.String(), want, term)
+	}
+	out.Reset()
+	if code := run([]string{"break", "-addr", srv.Addr, "broken"}, &out, &out); code != 0 || !strings.Contains(out.String(), "broken; it was held by") {
+		t.Fatalf("break: exit %d: %q", code, out.String())
+	}
+	if err := <-campaigned; err != nil {
+		t.Fatalf("the next candidate after the break: %v", err)
+	}
+	select {
+	case <-leader.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the broken leader never learnt of its loss")
+	}
+	if !errors.Is(leader.Err(), redislock.ErrLockLost) || leader.IsLeader() || next.Term() <= term {
+		t.Fatalf("after the break: leader's Err %v (leads %v); next term %d, not above %d", leader.Err(), leader.IsLeader(), next.Term(), term)
+	}
+	if v, err := next.Leader(ctx); v != "b" || err != nil {
+		t.Fatalf("Leader: %q, %v", v, err)
+	}
+	_ = leader.Resign(ctx) // reports the loss
+	if err := next.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -118,9 +118,11 @@ func TestKilledLeaderJobMoves(t *testing.T) {
 	if err := procs[first].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	killedAt := time.Now()
 	_ = procs[first].Wait()
 	from := strings.Count(out.String(), "\n")
 	next := waitFor(t, &out, leadingLine, from)[1]
+	t.Logf("%s led %v after %s was SIGKILLed (lease 1s, a renewal every 333ms)", next, time.Since(killedAt).Round(time.Millisecond), first)
 	waitFor(t, &out, regexp.MustCompile(`^`+next+`: job run 1 `), from)
 	for name := range procs {
 		if name != first {
