@@ -23,6 +23,8 @@ type Election struct {
 
 	mu       sync.Mutex
 	campaign *campaign // under way; nil when none
+
+	said store.Proclaimed // the term and number of its latest proclaim; guarded by rl.op
 }
 
 // A campaign is a Campaign under way: Resign ends it (stop), then waits
@@ -72,6 +74,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if value == "" {
 		return ErrEmptyValue
 	}
+	parent := ctx
 	ctx, stop := context.WithCancel(ctx)
 	c := &campaign{stop: stop, done: make(chan struct{})}
 	e.mu.Lock()
@@ -92,25 +95,34 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 		stop()
 		close(c.done)
 	}()
+	resigned := func(err error) error { // a Resign's end is not the caller's context's
+		if parent.Err() == nil && ctx.Err() != nil && !e.rl.lockerClosed() {
+			return opErr("campaign", e.rl.key, errResigned)
+		}
+		return err
+	}
 	for {
 		err := e.rl.acquireWait(ctx, context.WithoutCancel(ctx))
 		if errors.Is(err, ErrLockLost) && ctx.Err() == nil && !e.IsLeader() {
 			continue // handed over after its lease ran out (a server paused): wait on
 		}
 		if err != nil {
-			return err
+			return resigned(err)
 		}
 		break
 	}
 	if err := e.proclaim(ctx, value); err != nil {
 		_ = e.rl.releaseDetached(ctx, nil)
 		if ctx.Err() != nil { // Resign, or the caller gave up, as it was elected
-			return e.rl.gaveUp(ctx, nil)
+			return resigned(e.rl.gaveUp(ctx, nil))
 		}
 		return err
 	}
 	return nil
 }
+
+// errResigned is the error of a Campaign that a Resign ended.
+var errResigned = fmt.Errorf("%w: Resign ended the campaign", ErrNotAcquired)
 
 // Resign ends this Election's leadership at once (the next candidate is
 // elected by its release), or its Campaign under way, which returns
@@ -143,7 +155,8 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Proclaim changes the leader's value to value. It reports an error
 // matching ErrNotLeader when this Election does not lead (and ErrLockLost
-// too when it finds its term ended).
+// too when it finds its term ended), and ErrWrongKind when the key of the
+// leader's value holds another type.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.lock().check(ctx); err != nil {
 		return err
@@ -167,7 +180,12 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 	if h == nil {
 		return opErr("proclaim", rl.key, ErrNotLeader)
 	}
-	reply, err := rl.locker.store.Run(ctx, store.Proclaim, []string{rl.key, e.leader}, h.id, value, e.leader)
+	n := int64(1) // the term's first proclaim, or the next
+	if e.said.Term == h.token {
+		n = e.said.N + 1
+	}
+	e.said = store.Proclaimed{Term: h.token, N: n}
+	reply, err := rl.locker.store.Run(ctx, store.Proclaim, []string{rl.key, e.leader}, h.id, value, e.leader, h.token, n)
 	code, _ := reply.(int64)
 	switch {
 	case err != nil:
@@ -189,28 +207,28 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 	if err := e.lock().check(ctx); err != nil {
 		return "", err
 	}
-	value, _, _, err := e.read(ctx)
+	p, _, err := e.read(ctx)
 	switch {
 	case err != nil:
 		return "", err
-	case value == "":
+	case p.Value == "":
 		return "", opErr("leader", e.rl.key, ErrNoLeader)
 	}
-	return value, nil
+	return p.Value, nil
 }
 
-// read returns the leader's value ("" for none), how long its term lasts
-// without renewal (0: no term; negative: no expiry), and the number of the
-// latest proclaim.
-func (e *Election) read(ctx context.Context) (string, time.Duration, int64, error) {
+// read returns the leader's latest proclaim (its Value "" for none), and
+// how long its term lasts without renewal (0: no term; negative: no
+// expiry).
+func (e *Election) read(ctx context.Context) (store.Proclaimed, time.Duration, error) {
 	reply, err := e.rl.locker.store.Run(ctx, store.Leader, []string{e.rl.key, e.leader})
 	if err == nil {
-		value, left, number, err := store.ParseLeader(reply)
+		p, left, err := store.ParseLeader(reply)
 		if err == nil {
-			return value, left, number, nil
+			return p, left, nil
 		}
 	}
-	return "", 0, 0, opErr("leader", e.rl.key, err)
+	return store.Proclaimed{}, 0, opErr("leader", e.rl.key, err)
 }
 
 // Observe returns a channel of the leader's value: the current one, then
@@ -254,27 +272,43 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 	pace := time.Duration(e.rl.expiry.Load()) / 3
 	timer := time.NewTimer(pace)
 	defer timer.Stop()
-	sent, last, number := false, "", int64(0) // the value sent, and the latest proclaim's number
-	emit := func(value string, n int64) bool {
-		if sent && (value == last || value != "" && n <= number) { // no change, or older than one sent
+	sent, shown := false, ""  // the value sent last
+	var last store.Proclaimed // the latest proclaim sent
+	emit := func(value string) bool {
+		if sent && value == shown {
 			return true
 		}
 		select {
 		case out <- value:
-			sent, last, number = true, value, max(number, n)
+			sent, shown = true, value
 			return true
 		case <-ctx.Done():
 			return false
 		}
 	}
-	for read := true; ; {
+	// A read sends the latest proclaim; but while subscribed, one that
+	// finds proclaims still to be heard since the last one sent (a read
+	// after a handoff overtakes them) leaves them to be sent in order,
+	// unless it may skip them: the first read, one after the subscription
+	// came back (they were missed), one by the clock.
+	for read, skip := true, true; ; {
 		wait := pace
 		if read {
-			value, left, n, err := e.read(ctx)
-			if err == nil && !emit(value, n) {
-				return
+			p, left, err := e.read(ctx)
+			pending := err == nil && !skip && heard != nil && p.After(last) && !p.Next(last)
+			switch {
+			case err != nil || pending:
+			case p.Value == "": // nobody leads, or the leader has not proclaimed yet
+				if !emit("") {
+					return
+				}
+			case p.After(last) || p == last:
+				last = p
+				if !emit(p.Value) {
+					return
+				}
 			}
-			if heard != nil && err == nil {
+			if heard != nil && err == nil && !pending {
 				wait = time.Hour // pub/sub tells
 				if left > 0 {
 					wait = left + time.Millisecond // a leader that died: its term ends with its lease
@@ -286,18 +320,20 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 		case <-ctx.Done():
 			return
 		case m := <-heard:
-			// A proclaim is sent as it is, in order; a release, a
-			// handoff or a subscription back is read.
 			msg, ok := m.(*redis.Message)
-			n, value, proclaimed := store.ParseProclaimed("")
 			if ok && msg.Channel == e.leader {
-				n, value, proclaimed = store.ParseProclaimed(msg.Payload)
+				p, parsed := store.ParseProclaimed(msg.Payload)
+				if read, skip = !parsed, !parsed; parsed && p.After(last) {
+					last = p
+					if !emit(p.Value) {
+						return
+					}
+				}
+				continue
 			}
-			if read = !proclaimed; proclaimed && !emit(value, n) {
-				return
-			}
+			read, skip = true, !ok // a release or a handoff; a subscription back
 		case <-timer.C:
-			read = true
+			read, skip = true, true
 		}
 	}
 }

@@ -386,11 +386,11 @@ func scriptCases() []scriptCase {
 		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 		// Elections.
-		{"proclaim, leading", store.Proclaim, map[string]string{k: "me", leader: "me\n1\nv"}, []string{k, leader}, []any{"me", "w", "ch"},
+		{"proclaim, leading", store.Proclaim, map[string]string{k: "me", leader: "me\n7\n1\nv"}, []string{k, leader}, []any{"me", "w", "ch", 7, 2},
 			[]string{"GET", "SET", "PUBLISH"}, []string{"PUBLISH"}, true, false},
-		{"proclaim, not leading", store.Proclaim, map[string]string{k: "other"}, []string{k, leader}, []any{"me", "w", "ch"},
+		{"proclaim, not leading", store.Proclaim, map[string]string{k: "other"}, []string{k, leader}, []any{"me", "w", "ch", 7, 1},
 			[]string{"GET"}, nil, false, false},
-		{"leader", store.Leader, map[string]string{k: "other", leader: "other\n1\nv"}, []string{k, leader}, nil,
+		{"leader", store.Leader, map[string]string{k: "other", leader: "other\n7\n1\nv"}, []string{k, leader}, nil,
 			[]string{"GET", "PTTL"}, nil, false, false},
 		// Semaphores and shared locks: "zset <mark> <score> <holder>..." (see setup).
 		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},

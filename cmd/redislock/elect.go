@@ -42,9 +42,14 @@ func electCmd(args []string, stderr io.Writer) int {
 	locker := redislock.NewLocker(redislock.FromGoRedis(h.client))
 	defer locker.Close()
 	e := locker.NewElection(h.key, opts...)
-	r := &runner{key: e.Key(), busy: "did not elect this process within -wait", command: h.command, grace: h.grace, stderr: stderr,
-		do:  func(ctx context.Context, fn func(context.Context) error) error { return lead(ctx, e, *value, fn) },
-		env: func() []string { return []string{"REDISLOCK_TERM=" + strconv.FormatInt(e.Term(), 10)} }}
+	r := &runner{lock: locker.NewLock(h.key, opts...), key: e.Key(), busy: "did not elect this process within -wait", command: h.command,
+		grace: h.grace, stderr: stderr, env: func() []string { return []string{"REDISLOCK_TERM=" + strconv.FormatInt(e.Term(), 10)} }}
+	r.do = func(ctx context.Context, fn func(context.Context) error) error {
+		if r.notALock() { // never released: say so now (as run does), not after -wait
+			return fmt.Errorf("%w: %q is not an election's key", redislock.ErrNotAcquired, e.Key())
+		}
+		return lead(ctx, e, *value, fn)
+	}
 	return r.run()
 }
 
@@ -76,10 +81,11 @@ func lead(ctx context.Context, e *redislock.Election, value string, fn func(cont
 
 const leaderUsage = `usage: redislock leader [-watch] [flags] KEY
 
-Prints the value of the leader of the election KEY. Exits 75 when nobody
-leads (or the leader has not published its value yet). With -watch, prints
-the value, then each change, until interrupted: an empty line while nobody
-leads.
+Prints the value of the leader of the election KEY (quoted, in Go's
+syntax, when it holds a newline or another control character). Exits 75
+when nobody leads (or the leader has not published its value yet). With
+-watch, prints the value, then each change, until interrupted: an empty
+line while nobody leads.
 
 flags:
 `
@@ -110,7 +116,7 @@ func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	e := locker.NewElection(fs.Arg(0))
 	if *watch {
 		for value := range e.Observe(ctx) {
-			fmt.Fprintln(stdout, value)
+			fmt.Fprintln(stdout, shown(value))
 		}
 		return 0
 	}
@@ -123,6 +129,15 @@ func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		complain(stderr, err)
 		return unavailableOrUsage(err)
 	}
-	fmt.Fprintln(stdout, value)
+	fmt.Fprintln(stdout, shown(value))
 	return 0
+}
+
+// shown is a leader's value as "leader" prints it: as it is, but quoted
+// when it holds a control character, so that a value is always one line.
+func shown(value string) string {
+	if value == "" {
+		return ""
+	}
+	return text(value)
 }

@@ -163,8 +163,23 @@ func TestStatusAndBreakOfAnElection(t *testing.T) {
 	if v, err := next.Leader(ctx); v != "b" || err != nil {
 		t.Fatalf("Leader: %q, %v", v, err)
 	}
+	if err := next.Proclaim(ctx, "two\nlines"); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run([]string{"leader", "-addr", srv.Addr, "broken"}, &out, &out); code != 0 || out.String() != `"two\nlines"`+"\n" {
+		t.Fatalf("leader of a value with a newline: exit %d: %q; want it quoted, on one line", code, out.String())
+	}
 	_ = leader.Resign(ctx) // reports the loss
 	if err := next.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A key of another type is never released: elect says so at once.
+	if err := srv.Client(t).HSet(ctx, "hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run([]string{"elect", "-addr", srv.Addr, "hash", "--", "true"}, &out, &out); code != exitNotALock {
+		t.Fatalf("elect on a hash: exit %d: %q; want %d", code, out.String(), exitNotALock)
 	}
 }

@@ -220,31 +220,53 @@ func LeaseLeft(pttl int64) time.Duration {
 	return time.Duration(pttl) * time.Millisecond
 }
 
-// ParseLeader reads the reply of leader.lua: the leader's value ("" when
-// nobody leads or it has proclaimed none), its term's remaining lease (0
-// when nobody leads, -1 when the key has no expiry), and the number of the
-// key's latest proclaim.
-func ParseLeader(reply any) (value string, left time.Duration, number int64, err error) {
+// A Proclaimed is a value that an election's leader proclaimed, with
+// what orders proclaims: the leader's term, and the proclaim's number
+// within it, from 1.
+type Proclaimed struct {
+	Term, N int64
+	Value   string
+}
+
+// After reports whether p was proclaimed after q.
+func (p Proclaimed) After(q Proclaimed) bool {
+	return p.Term > q.Term || p.Term == q.Term && p.N > q.N
+}
+
+// Next reports whether p is the proclaim right after q: none came between.
+func (p Proclaimed) Next(q Proclaimed) bool {
+	return p.Term == q.Term && p.N == q.N+1 || p.Term > q.Term && p.N == 1
+}
+
+// ParseLeader reads the reply of leader.lua: the leader's latest proclaim
+// (its Value "" when nobody leads or it has proclaimed none), and its
+// term's remaining lease (0 when nobody leads, -1 when the key has no
+// expiry).
+func ParseLeader(reply any) (p Proclaimed, left time.Duration, err error) {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 3 {
-		return "", 0, 0, unexpected(reply, "a leader")
+	if !ok || len(r) != 4 {
+		return p, 0, unexpected(reply, "a leader")
 	}
 	value, ok1 := r[0].(string)
 	pttl, ok2 := r[1].(int64)
-	number, ok3 := r[2].(int64)
+	term, ok3 := r[2].(int64)
+	n, ok4 := r[3].(int64)
 	switch {
-	case !ok1 || !ok2 || !ok3 || pttl < -2:
-		return "", 0, 0, unexpected(reply, "a leader")
+	case !ok1 || !ok2 || !ok3 || !ok4 || pttl < -2:
+		return p, 0, unexpected(reply, "a leader")
 	case pttl == -2:
-		return "", 0, number, nil
+		return p, 0, nil
 	}
-	return value, LeaseLeft(pttl), number, nil
+	return Proclaimed{Term: term, N: n, Value: value}, LeaseLeft(pttl), nil
 }
 
-// ParseProclaimed reads a message of proclaim.lua: the number of the
-// proclaim, and the value.
-func ParseProclaimed(payload string) (number int64, value string, ok bool) {
-	n, value, ok := strings.Cut(payload, "\n")
-	number, err := strconv.ParseInt(n, 10, 64)
-	return number, value, ok && err == nil
+// ParseProclaimed reads a message of proclaim.lua.
+func ParseProclaimed(payload string) (Proclaimed, bool) {
+	f := strings.SplitN(payload, "\n", 3)
+	if len(f) != 3 {
+		return Proclaimed{}, false
+	}
+	term, err1 := strconv.ParseInt(f[0], 10, 64)
+	n, err2 := strconv.ParseInt(f[1], 10, 64)
+	return Proclaimed{Term: term, N: n, Value: f[2]}, err1 == nil && err2 == nil
 }
