@@ -27,10 +27,10 @@ type Election struct {
 	said store.Proclaimed // the term and number of its latest proclaim; guarded by rl.op
 }
 
-// A campaign is a Campaign under way: Resign ends it (stop), then waits
-// for it (done).
+// A campaign is a Campaign under way: Resign ends it (stop, with
+// errResigned), then waits for it (done).
 type campaign struct {
-	stop context.CancelFunc
+	stop context.CancelCauseFunc
 	done chan struct{}
 }
 
@@ -74,13 +74,12 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if value == "" {
 		return ErrEmptyValue
 	}
-	parent := ctx
-	ctx, stop := context.WithCancel(ctx)
+	ctx, stop := context.WithCancelCause(ctx)
 	c := &campaign{stop: stop, done: make(chan struct{})}
 	e.mu.Lock()
 	if e.campaign != nil || e.IsLeader() {
 		e.mu.Unlock()
-		stop()
+		stop(nil)
 		return opErr("campaign", e.rl.key, ErrCampaigning)
 	}
 	e.campaign = c
@@ -92,11 +91,11 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 		e.mu.Lock()
 		e.campaign = nil
 		e.mu.Unlock()
-		stop()
+		stop(nil)
 		close(c.done)
 	}()
 	resigned := func(err error) error { // a Resign's end is not the caller's context's
-		if parent.Err() == nil && ctx.Err() != nil && !e.rl.lockerClosed() {
+		if errors.Is(context.Cause(ctx), errResigned) && !e.rl.lockerClosed() {
 			return opErr("campaign", e.rl.key, errResigned)
 		}
 		return err
@@ -136,7 +135,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	c := e.campaign
 	e.mu.Unlock()
 	if c != nil {
-		c.stop()
+		c.stop(errResigned)
 		select {
 		case <-c.done:
 		case <-ctx.Done():

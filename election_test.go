@@ -179,15 +179,7 @@ func TestElectionLossAndObserveAcrossKills(t *testing.T) {
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	observed := watcher.Observe(octx)
-	expect := func(want string) {
-		t.Helper()
-		for v := range observed {
-			if v == want {
-				return
-			}
-		}
-		t.Fatalf("Observe closed before %q", want)
-	}
+	expect := func(want string) { t.Helper(); expectObserved(t, observed, want) }
 	expect("")
 	if err := e.Campaign(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -327,25 +319,8 @@ func TestFaultElectionRepliesLost(t *testing.T) {
 	admin := srv.Client(t)
 	px := startProxy(t, srv.Addr)
 	ctx := context.Background()
-	stores := map[string]func() Scripter{
-		"go-redis": func() Scripter {
-			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
-			t.Cleanup(func() { _ = c.Close() })
-			return FromGoRedis(c)
-		},
-		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
-	}
+	stores := retryingStores(t, px)
 	fc := &faultCount{t: t}
-	dropped := func(what string, call func()) {
-		before := px.replyDrops.Load()
-		px.dropReplies.Store(1)
-		call()
-		px.dropReplies.Store(0)
-		fc.runs++
-		if px.replyDrops.Load() == before {
-			t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
-		}
-	}
 	for name, newStore := range stores {
 		key := "lost:election:" + name
 		e, next := NewElection(newStore(), key), NewElection(FromGoRedis(admin), key)
@@ -358,17 +333,17 @@ func TestFaultElectionRepliesLost(t *testing.T) {
 		if v := <-observed; v != "" {
 			t.Fatalf("%s: Observe before any term: %q", name, v)
 		}
-		dropped(name+": Campaign", func() {
+		fc.replyDropped(px, name+": Campaign", func() {
 			if err := e.Campaign(ctx, "a"); err != nil || !e.IsLeader() {
 				fc.violate("%s: Campaign with its acquisition's reply lost: %v (leads: %v)", name, err, e.IsLeader())
 			}
 		})
-		dropped(name+": Proclaim", func() {
+		fc.replyDropped(px, name+": Proclaim", func() {
 			if err := e.Proclaim(ctx, "b"); err != nil {
 				fc.violate("%s: Proclaim with its reply lost: %v", name, err)
 			}
 		})
-		dropped(name+": Leader", func() {
+		fc.replyDropped(px, name+": Leader", func() {
 			if v, err := e.Leader(ctx); v != "b" || err != nil {
 				fc.violate("%s: Leader with its reply lost: %q, %v", name, v, err)
 			}
@@ -381,7 +356,7 @@ func TestFaultElectionRepliesLost(t *testing.T) {
 		campaigned := make(chan error, 1)
 		go func() { campaigned <- next.Campaign(ctx, "c") }()
 		waitQueued(t, admin, key, 1)
-		dropped(name+": Resign", func() {
+		fc.replyDropped(px, name+": Resign", func() {
 			if err := e.Resign(ctx); err != nil || e.IsLeader() {
 				fc.violate("%s: Resign with its reply lost: %v (leads: %v)", name, err, e.IsLeader())
 			}
@@ -429,15 +404,7 @@ func TestElectionOnACluster(t *testing.T) {
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	observed := watcher.Observe(octx)
-	expect := func(want string) {
-		t.Helper()
-		for v := range observed {
-			if v == want {
-				return
-			}
-		}
-		t.Fatalf("Observe closed before %q", want)
-	}
+	expect := func(want string) { t.Helper(); expectObserved(t, observed, want) }
 	expect("")
 	if err := a.Campaign(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -588,19 +555,7 @@ func TestObserveAcrossDataLost(t *testing.T) {
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	observed := watcher.Observe(octx)
-	expect := func(want string) {
-		t.Helper()
-		for {
-			select {
-			case v := <-observed:
-				if v == want {
-					return
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("Observe never sent %q", want)
-			}
-		}
-	}
+	expect := func(want string) { t.Helper(); expectObserved(t, observed, want) }
 	expect("")
 	a := NewElection(FromGoRedis(newClient(t, srv.Addr)), "lost", WithExpiry(time.Second))
 	if err := a.Campaign(ctx, "a0"); err != nil {
@@ -638,5 +593,24 @@ func TestObserveAcrossDataLost(t *testing.T) {
 	_ = a.Resign(ctx)
 	if err := b.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// expectObserved reads observed until it sends want, and fails t when
+// it closes, or sends nothing more for 10 s, first.
+func expectObserved(t *testing.T, observed <-chan string, want string) {
+	t.Helper()
+	for {
+		select {
+		case v, ok := <-observed:
+			if !ok {
+				t.Fatalf("Observe closed before %q", want)
+			}
+			if v == want {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Observe never sent %q", want)
+		}
 	}
 }

@@ -60,6 +60,35 @@ type faultCount struct {
 	runs, violations int64
 }
 
+// replyDropped runs call while px drops the next reply of the server,
+// and counts a run; a call whose reply was not dropped fails the test,
+// which would test nothing.
+func (fc *faultCount) replyDropped(px *faultProxy, what string, call func()) {
+	fc.t.Helper()
+	before := px.replyDrops.Load()
+	px.dropReplies.Store(1)
+	call()
+	px.dropReplies.Store(0)
+	fc.runs++
+	if px.replyDrops.Load() == before {
+		fc.t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
+	}
+}
+
+// retryingStores makes, each on demand, a go-redis client (MaxRetries 3)
+// and go-zero's store, both through px: the clients that send a call
+// again when its reply is lost.
+func retryingStores(t *testing.T, px *faultProxy) map[string]func() Scripter {
+	return map[string]func() Scripter{
+		"go-redis": func() Scripter {
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { _ = c.Close() })
+			return FromGoRedis(c)
+		},
+		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
+	}
+}
+
 func (fc *faultCount) violate(format string, args ...any) {
 	fc.t.Helper()
 	fc.violations++
@@ -644,14 +673,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	px := startProxy(t, srv.Addr)
-	stores := map[string]func() Scripter{
-		"go-redis": func() Scripter {
-			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
-			t.Cleanup(func() { _ = c.Close() })
-			return FromGoRedis(c)
-		},
-		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
-	}
+	stores := retryingStores(t, px)
 	ctx := context.Background()
 	fc := &faultCount{t: t}
 	for name, newStore := range stores {
@@ -665,17 +687,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 			}
 			mustRelease(t, warm)
 
-			dropped := func(what string, call func()) {
-				before := px.replyDrops.Load()
-				px.dropReplies.Store(1)
-				call()
-				px.dropReplies.Store(0)
-				fc.runs++
-				if px.replyDrops.Load() == before {
-					t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
-				}
-			}
-			dropped("acquire", func() {
+			fc.replyDropped(px, "acquire", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
 					fc.violate("%s: Acquire on a free lock after a lost reply = %v, %v", key, ok, err)
 				}
@@ -686,18 +698,18 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 			if counter := admin.Get(ctx, relatedName(key, "fence")).Val(); counter != strconv.FormatInt(rl.Token(), 10) {
 				fc.violate("%s: token %d, counter %s", key, rl.Token(), counter)
 			}
-			dropped("re-entry", func() {
+			fc.replyDropped(px, "re-entry", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
 					fc.violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
 				}
 			})
-			dropped("ttl", func() {
+			fc.replyDropped(px, "ttl", func() {
 				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
 					fc.violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
 				}
 			})
 			mustRelease(t, rl) // the inner one: no round trip
-			dropped("release", func() {
+			fc.replyDropped(px, "release", func() {
 				if ok, err := rl.Release(); !ok || err != nil {
 					fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 				}
@@ -712,7 +724,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 			spied := newSpy(store)
 			renewed := NewRedisLock(spied, key+":renewed", WithExpiry(1500*time.Millisecond))
 			mustAcquire(t, renewed)
-			dropped("renewal", func() {
+			fc.replyDropped(px, "renewal", func() {
 				waitFor(t, 10*time.Second, "a renewal's reply dropped", func() bool { return px.dropReplies.Load() <= 0 })
 				after := spied.count(extendScript)
 				waitFor(t, 10*time.Second, "two renewals after the dropped one", func() bool {

@@ -24,25 +24,8 @@ func TestFaultPermitReplyLost(t *testing.T) {
 	admin := srv.Client(t)
 	px := startProxy(t, srv.Addr)
 	ctx := context.Background()
-	stores := map[string]func() Scripter{
-		"go-redis": func() Scripter {
-			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
-			t.Cleanup(func() { _ = c.Close() })
-			return FromGoRedis(c)
-		},
-		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
-	}
+	stores := retryingStores(t, px)
 	fc := &faultCount{t: t}
-	dropped := func(what string, call func()) {
-		before := px.replyDrops.Load()
-		px.dropReplies.Store(1)
-		call()
-		px.dropReplies.Store(0)
-		fc.runs++
-		if px.replyDrops.Load() == before {
-			t.Fatalf("%s: no reply was dropped: the case tests nothing", what)
-		}
-	}
 	holds := func(key string, rl *RedisLock) bool {
 		_, err := admin.ZScore(ctx, key, rl.Owner()).Result()
 		return err == nil
@@ -63,7 +46,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 				mustRelease(t, other)
 			}
 			rl := NewRedisLock(store, key, append(kind.opts, WithExpiry(1500*time.Millisecond))...)
-			dropped(key+" acquire", func() {
+			fc.replyDropped(px, key+" acquire", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
 					fc.violate("%s: Acquire after a lost reply = %v, %v", key, ok, err)
 				}
@@ -74,17 +57,17 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			if token, err := admin.ZScore(ctx, key, "#"+rl.Owner()).Result(); rl.Token() != 0 && (err != nil || int64(token) != rl.Token()) {
 				fc.violate("%s: token %d, kept %v (%v)", key, rl.Token(), token, err)
 			}
-			dropped(key+" re-entry", func() {
+			fc.replyDropped(px, key+" re-entry", func() {
 				if ok, err := rl.Acquire(); !ok || err != nil {
 					fc.violate("%s: re-entry after a lost reply = %v, %v", key, ok, err)
 				}
 			})
-			dropped(key+" ttl", func() {
+			fc.replyDropped(px, key+" ttl", func() {
 				if ttl, err := rl.TTL(ctx); err != nil || ttl <= 0 {
 					fc.violate("%s: TTL after a lost reply = %v, %v", key, ttl, err)
 				}
 			})
-			dropped(key+" renewal", func() {
+			fc.replyDropped(px, key+" renewal", func() {
 				until := rl.Until()
 				waitFor(t, 10*time.Second, "a renewal's reply dropped", func() bool { return px.dropReplies.Load() <= 0 })
 				waitFor(t, 10*time.Second, "a renewal after it", func() bool { return rl.Until().After(until) || isClosed(rl.Done()) })
@@ -93,7 +76,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 				fc.violate("%s: a renewal after a lost reply lost the permit: %v", key, rl.Err())
 			}
 			mustRelease(t, rl) // the re-entry: no round trip
-			dropped(key+" release", func() {
+			fc.replyDropped(px, key+" release", func() {
 				if ok, err := rl.Release(); !ok || err != nil {
 					fc.violate("%s: Release after a lost reply = %v, %v", key, ok, err)
 				}
