@@ -32,6 +32,7 @@ type fencedOp struct {
 	Read     int64
 	Accepted bool
 	Unknown  bool  // the write's outcome is not known (it may not have run)
+	Held     bool  // refused while its holder still believed it held (the nemesis)
 	Call     int64 // before the read, in ns since the epoch (all processes share the clock)
 	Return   int64 // after the write
 }

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,7 +112,10 @@ func nemesisChild(out io.Writer) error {
 			return d.DialContext(ctx, network, addr)
 		}})
 	defer c.Close()
-	resource := redis.NewClient(&redis.Options{Addr: os.Getenv("NEMESIS_RESOURCE")})
+	// The resource's writes are not retried: a write whose reply timed out
+	// (its process stopped past the deadline) may have run, and a retry
+	// would run it again. Its outcome is then unknown, as it is.
+	resource := redis.NewClient(&redis.Options{Addr: os.Getenv("NEMESIS_RESOURCE"), MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	defer resource.Close()
 	history, err := os.OpenFile(os.Getenv("NEMESIS_HISTORY"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -220,22 +224,32 @@ func nemesisSection(ctx context.Context, holder nemesisHolder, prim, client int,
 		}
 		return false
 	}
-	record("H %d %d %t true %d %d true %s\n", prim, client, shared, call, time.Now().UnixNano(), rl.Owner())
+	took := time.Now()
+	record("H %d %d %t true %d %d true %s\n", prim, client, shared, call, took.UnixNano(), cmp.Or(rl.Owner(), "-")) // "": lost already
 	until := rl.Until()
+	if until.Before(took) { // it lost the hold as it took it (its process stopped past the lease): Until is zero, or past
+		until = took
+	}
 	record("U %d %d %d\n", prim, client, until.UnixNano()) // its belief's end, should its process be killed
-	if nemesisPrimitives[prim].fenced && believes(rl) {
+	if nemesisPrimitives[prim].fenced {
+		// Its call is taken before its belief is checked: a write made
+		// after a pause has an early call, not a late one.
 		key := nemesisPrimitives[prim].key + ":resource"
 		op := fencedOp{Key: key, Client: client, Token: rl.Token(), Call: time.Now().UnixNano()}
-		n, err := resource.HGet(context.Background(), key, "count").Int64()
-		if err == nil || errors.Is(err, redis.Nil) {
-			// W before the write, F after: a write whose process was
-			// killed between them may have run.
-			record("W %d %d %d %d %d\n", prim, client, op.Token, n, op.Call)
-			outcome := "unknown"
-			if ok, err := hammerWrite.Run(context.Background(), resource, []string{key}, op.Token, n+1).Int(); err == nil {
-				outcome = map[bool]string{true: "accepted", false: "refused"}[ok == 1]
+		if believes(rl) {
+			if n, err := nemesisRead.Run(context.Background(), resource, []string{key}, op.Token).Int64(); err == nil {
+				// W before the write, F after: a write whose process was
+				// killed between them may have run.
+				record("W %d %d %d %d %d\n", prim, client, op.Token, n, op.Call)
+				outcome := "unknown"
+				if ok, err := nemesisWrite.Run(context.Background(), resource, []string{key}, op.Token, n+1).Int(); err == nil {
+					outcome = map[bool]string{true: "accepted", false: "refused"}[ok == 1]
+				}
+				if outcome == "refused" && believes(rl) {
+					outcome = "refused-held" // refused although its holder still believed
+				}
+				record("F %d %d %d %d %s %d %d\n", prim, client, op.Token, n, outcome, op.Call, time.Now().UnixNano())
 			}
-			record("F %d %d %d %d %s %d %d\n", prim, client, op.Token, n, outcome, op.Call, time.Now().UnixNano())
 		}
 	}
 	hold := time.Duration(rand.IntN(3000)) * time.Microsecond
@@ -318,6 +332,7 @@ func parseNemesisOps(path string) ([]nemesisOp, error) {
 			var outcome string
 			_, err = fmt.Sscan(line, &kind, &op.prim, &op.fenced.Client, &op.fenced.Token, &op.fenced.Read, &outcome, &op.fenced.Call, &op.fenced.Return)
 			op.fenced.Accepted, op.fenced.Unknown = outcome == "accepted", outcome == "unknown"
+			op.fenced.Held = outcome == "refused-held"
 		default:
 			err = errors.New("unknown")
 		}
@@ -332,26 +347,63 @@ func parseNemesisOps(path string) ([]nemesisOp, error) {
 	return ops, sc.Err()
 }
 
-// fencedRegister is the specification of the fenced writes: an accepted
-// write read the value the last accepted one wrote, with a higher token;
-// a refused one had a token no higher than an accepted one's (a stale
-// holder, refused by the resource: what fencing is for); one whose
-// outcome is unknown either did not run or is one of those.
-var fencedRegister = (&porcupine.NondeterministicModel{
-	Init: func() []any { return []any{counterState{}} },
-	Step: func(state, input, _ any) []any {
-		s, op := state.(counterState), input.(fencedOp)
-		var next []any
-		if (op.Accepted || op.Unknown) && op.Read == s.count && op.Token > s.token {
-			next = append(next, counterState{count: s.count + 1, token: op.Token})
+// nemesisRead returns the resource's counter (KEYS[1]) and records its
+// reader's token (ARGV[1]): the resource sees the token on every access,
+// as docs/fencing.md asks of a read-modify-write, so that a stale
+// holder's write cannot land between a newer holder's read and write.
+var nemesisRead = redis.NewScript(`
+if tonumber(ARGV[1]) > tonumber(redis.call("HGET", KEYS[1], "seen") or "0") then
+  redis.call("HSET", KEYS[1], "seen", ARGV[1])
+end
+return tonumber(redis.call("HGET", KEYS[1], "count") or "0")`)
+
+// nemesisWrite writes the counter (KEYS[1]) with a token (ARGV[1]) no
+// lower than any the resource has seen and higher than the last write's,
+// and returns 1; or refuses, and returns 0.
+var nemesisWrite = redis.NewScript(`
+local seen = tonumber(redis.call("HGET", KEYS[1], "seen") or "0")
+local last = tonumber(redis.call("HGET", KEYS[1], "token") or "0")
+if tonumber(ARGV[1]) < seen or tonumber(ARGV[1]) <= last then return 0 end
+redis.call("HSET", KEYS[1], "seen", ARGV[1], "token", ARGV[1], "count", ARGV[2])
+return 1`)
+
+// fencingViolation is a fenced write that breaks a promise: when it began,
+// and how.
+type fencingViolation struct {
+	at   int64
+	what string
+}
+
+// fencingViolations returns the fenced writes that break fencing's
+// promises. Tokens increase in the order holders take the lock: a write
+// that began after another returned has a higher token (its holder took
+// the lock after the other's). The resource refuses only a holder a later
+// one overtook: a write refused while its holder still believed it held
+// is a violation. A process stopped between its read and its write is
+// neither (its write's call is early, and its belief ended).
+func fencingViolations(writes []fencedOp) []fencingViolation {
+	byCall := slices.Clone(writes)
+	slices.SortFunc(byCall, func(a, b fencedOp) int { return cmp.Compare(a.Call, b.Call) })
+	byReturn := slices.Clone(writes)
+	slices.SortFunc(byReturn, func(a, b fencedOp) int { return cmp.Compare(a.Return, b.Return) })
+	var bad []fencingViolation
+	var highest *fencedOp // of the writes returned before the call at hand
+	j := 0
+	for _, w := range byCall {
+		for ; j < len(byReturn) && byReturn[j].Return < w.Call; j++ {
+			if highest == nil || byReturn[j].Token > highest.Token {
+				highest = &byReturn[j]
+			}
 		}
-		if !op.Accepted && op.Token <= s.token || op.Unknown {
-			next = append(next, s)
+		if highest != nil && highest.Token >= w.Token {
+			bad = append(bad, fencingViolation{w.Call, fmt.Sprintf("%s began after %s returned, with a token no higher", w, highest)})
 		}
-		return next
-	},
-	DescribeOperation: func(input, _ any) string { return input.(fencedOp).String() },
-}).ToModel()
+		if w.Held {
+			bad = append(bad, fencingViolation{w.Call, fmt.Sprintf("%s was refused while its holder believed it held", w)})
+		}
+	}
+	return bad
+}
 
 // overlaps returns the moments at which more holders believed they held
 // than the kind allows: a section believes from its take's return to its
@@ -414,10 +466,42 @@ func (nm *nemesis) explain(at int64, key string, sections [][2]holdOp, released 
 			fmt.Fprintf(&b, "    server %d at %s: %s\n", e.server, ts(e.at), who)
 		}
 	}
+	b.WriteString(nm.faultsBefore(at))
+	return b.String()
+}
+
+// explainIllegal returns the last operations of the shortest prefix of
+// ops (in the order of their calls) that porcupine finds no order for,
+// with the faults before the last.
+func (nm *nemesis) explainIllegal(n int, ops []holdOp, owners map[holdOp]string) string {
+	ops = slices.Clone(ops)
+	slices.SortFunc(ops, func(a, b holdOp) int { return cmp.Compare(a.Call, b.Call) })
+	lo, hi := 1, len(ops)
+	for lo < hi {
+		if mid := (lo + hi) / 2; checkHolders(n, ops[:mid]) == porcupine.Illegal {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	end := lo
+	var b strings.Builder
+	ts := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
+	for _, op := range ops[max(0, end-8):end] {
+		fmt.Fprintf(&b, "    client %d take=%v shared=%v [%s, %s] %s\n", op.Client, op.Take, op.Shared, ts(op.Call), ts(op.Return), owners[op])
+	}
+	b.WriteString(nm.faultsBefore(ops[end-1].Call))
+	return b.String()
+}
+
+// faultsBefore returns the faults of the 3 s before moment at (and of the
+// 300 ms after), a line each.
+func (nm *nemesis) faultsBefore(at int64) string {
+	var b strings.Builder
 	for _, line := range nm.log {
 		when, what, _ := strings.Cut(line, " ")
 		if ns, _ := strconv.ParseInt(when, 10, 64); ns > at-int64(3*time.Second) && ns <= at+int64(300*time.Millisecond) {
-			fmt.Fprintf(&b, "    fault at %s: %s\n", ts(ns), what)
+			fmt.Fprintf(&b, "    fault at %s: %s\n", time.Unix(0, ns).Format("15:04:05.000000"), what)
 		}
 	}
 	return b.String()
@@ -910,7 +994,11 @@ func (nm *nemesis) check(d time.Duration) {
 				delete(until, op.hold.Client) // a former section's
 				continue
 			}
-			take := open[op.hold.Client]
+			take, ok := open[op.hold.Client]
+			if !ok {
+				t.Errorf("client %d gave %s back without a take in %s", op.hold.Client, nemesisPrimitives[op.prim].name, path)
+				continue
+			}
 			delete(open, op.hold.Client)
 			sections[op.prim] = append(sections[op.prim], [2]holdOp{take.hold, op.hold})
 			released[[2]holdOp{take.hold, op.hold}] = op.released
@@ -973,19 +1061,22 @@ func (nm *nemesis) check(d time.Duration) {
 		}
 		verdict := porcupine.CheckOperationsTimeout(holdersModel(p.n), history, time.Minute)
 		if p.fenced {
-			fenced := make([]porcupine.Operation, len(writes[i]))
-			for j, op := range writes[i] {
-				fenced[j] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call, Return: op.Return}
-			}
-			if r := porcupine.CheckOperationsTimeout(fencedRegister, fenced, time.Minute); r != porcupine.Ok {
-				t.Logf("%s: %d fenced writes: %v against a fenced register", p.name, len(writes[i]), r)
-				if r == porcupine.Illegal {
-					violations++
+			if bad := fencingViolations(writes[i]); len(bad) > 0 {
+				violations += len(bad)
+				if nm.replicas > 0 {
+					var b strings.Builder
+					for _, v := range bad[:min(len(bad), 5)] {
+						fmt.Fprintf(&b, "  %s\n%s", v.what, nm.faultsBefore(v.at))
+					}
+					t.Errorf("%s: %d fenced writes, %d break fencing's promises; the first:\n%s", p.name, len(writes[i]), len(bad), b.String())
 				}
 			}
 		}
 		if verdict == porcupine.Illegal && violations == 0 {
 			violations = 1
+			if nm.replicas > 0 {
+				t.Errorf("%s: porcupine finds no order for the sections, although no two believed at once:\n%s", p.name, nm.explainIllegal(p.n, holds[i], owners))
+			}
 		} else if verdict == porcupine.Unknown {
 			t.Errorf("%s: %d operations not decided in a minute", p.name, len(holds[i]))
 		}
@@ -997,11 +1088,12 @@ func (nm *nemesis) check(d time.Duration) {
 		if p.election {
 			model = "one leader at a time"
 		}
+		promise := "porcupine finds " + model + " that explains every section; no two holders believe at once beyond the kind's bound"
 		if p.fenced {
-			model += " and a fenced register"
+			promise += "; a fenced write that began after another returned has a higher token, and none is refused while its holder believes it holds"
 		}
 		recordFault(t, faultRow{Case: name + ": " + p.name, Injection: fmt.Sprintf("every primitive at once, %d workers in 3 processes, for %v; the faults below", 3*(p.workers+p.writers), d),
-			Promise: "porcupine finds " + model + " that explains every section; no two holders believe at once beyond the kind's bound",
+			Promise: promise,
 			Runs:    int64(len(sections[i])), Faults: int64(injected), Violations: int64(violations), Measured: nm.replicas == 0})
 	}
 	nm.mu.Lock()
@@ -1012,4 +1104,30 @@ func (nm *nemesis) check(d time.Duration) {
 	faultReport.Lock()
 	faultReport.summary = append(faultReport.summary, summary)
 	faultReport.Unlock()
+}
+
+// The nemesis's fencing check passes sequential writes and a stale
+// holder's refused write, and catches a token that went back and a write
+// refused while its holder believed it held.
+func TestFencingViolations(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	good := []fencedOp{
+		{Client: 0, Token: 10, Read: 0, Accepted: true, Call: 1 * ms, Return: 2 * ms},
+		// A holder stopped between its read and its write: its call is
+		// before the next holder's, its write refused after.
+		{Client: 1, Token: 11, Read: 1, Call: 3 * ms, Return: 9 * ms},
+		{Client: 2, Token: 12, Read: 1, Accepted: true, Call: 5 * ms, Return: 6 * ms},
+		{Client: 0, Token: 13, Read: 2, Unknown: true, Call: 10 * ms, Return: 11 * ms},
+	}
+	if bad := fencingViolations(good); len(bad) > 0 {
+		t.Fatalf("fencing's promises kept, yet: %v", bad)
+	}
+	back := append(slices.Clone(good), fencedOp{Client: 3, Token: 12, Read: 2, Accepted: true, Call: 12 * ms, Return: 13 * ms})
+	if bad := fencingViolations(back); len(bad) != 1 || !strings.Contains(bad[0].what, "token 12") || bad[0].at != 12*ms {
+		t.Errorf("a token lower than an earlier write's: %v", bad)
+	}
+	held := append(slices.Clone(good), fencedOp{Client: 3, Token: 14, Read: 2, Held: true, Call: 12 * ms, Return: 13 * ms})
+	if bad := fencingViolations(held); len(bad) != 1 || !strings.Contains(bad[0].what, "believed it held") {
+		t.Errorf("a write refused while its holder believed it held: %v", bad)
+	}
 }
