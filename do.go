@@ -28,12 +28,14 @@ func (rl *RedisLock) Do(ctx context.Context, fn func(ctx context.Context) error)
 	h := rl.cur
 	rl.mu.Unlock()
 	life := rl.lifeOf(h)
-	work, cancel := context.WithCancelCause(ctx)
+	held, span := rl.startHold(ctx, h)
+	work, cancel := context.WithCancelCause(held)
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
 	defer func() {
 		stop()
 		cancel(nil)
 		err = errors.Join(err, rl.releaseDetached(ctx, h))
+		rl.endHold(span, h)
 	}()
 	if life.Err() != nil {
 		return nil // the hold is over already: the release reports why

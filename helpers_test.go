@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ func TestMain(m *testing.M) {
 	}
 	if !testing.Verbose() {
 		logx.Disable() // the background logs are asserted through Err, not read
+		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	logx.SetWriter(logx.NewWriter(os.Stderr)) // examples compare stdout
 	code := m.Run()

@@ -5,12 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redislock/redislock/internal/renew"
 	"github.com/redislock/redislock/internal/store"
-
-	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // errReleased is the cause of a hold's life context after its release.
@@ -55,8 +54,7 @@ func (rl *RedisLock) holdingContextEnded(h *hold) {
 	}
 	h.state = expiring
 	rl.locker.renewals.Stop(h.renewal) // its lease deadline and maximum hold only
-	logx.Infof("redislock: holding context of %q (owner %s) ended, renewal stopped; the lock lasts out its lease: %v",
-		rl.key, h.id, context.Cause(h.parent))
+	rl.logHold(slog.LevelDebug, "redislock: holding context ended; renewal stopped, the lease runs out", h, causeAttr(context.Cause(h.parent)))
 	rl.mu.Unlock()
 }
 
@@ -70,10 +68,12 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	rl.countEnd(h, cause)
 	asked := !rl.opts.watchdog && errors.Is(cause, errLeaseRanOut) // WithoutWatchdog: the lease ran out, as it was to
 	switch {
-	case !asked && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrMaxHoldExceeded)):
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
+	case !asked && errors.Is(cause, ErrLockLost):
+		rl.logHold(slog.LevelWarn, "redislock: hold lost", h, causeAttr(cause))
+	case !asked && errors.Is(cause, ErrMaxHoldExceeded):
+		rl.logHold(slog.LevelWarn, "redislock: hold ended at its maximum", h, causeAttr(cause))
 	case cause != nil: // the holding context ended, then the lease ran out; or Close; or no watchdog
-		logx.Infof("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(cause))
+		rl.logHold(slog.LevelDebug, "redislock: hold ended", h, causeAttr(cause))
 	}
 	return cause
 }
@@ -123,6 +123,16 @@ func (rl *RedisLock) maxHoldReachedLocked(h *hold) {
 		defer close(releasing)
 		rl.letGo(h.parent, h.id, h.lease, 0, true)
 	})
+}
+
+// renewalFailed logs a failed renewal of h, to be made again: the first
+// of a run at Warn, the others at Debug.
+func renewalFailed(h *hold, r renew.Retry) {
+	level := slog.LevelDebug
+	if r.Attempt == 1 {
+		level = h.rl.locker.closedLevel(r.Err, slog.LevelWarn)
+	}
+	h.rl.logHold(level, "redislock: renewal failed; retrying", h, slog.Int("attempt", r.Attempt), slog.Duration("retry_in", r.In), causeAttr(r.Err))
 }
 
 // leaseEnded ends h as its Locker's scheduler reports: its maximum hold

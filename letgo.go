@@ -2,13 +2,13 @@ package redislock
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
-	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // release deletes the key if id owns it, and reports true when it did, or
@@ -56,7 +56,8 @@ func (l *Locker) releaseResult(c *store.Call) (int64, error) {
 // their next attempt.
 func (l *Locker) wakeupRefused(key string) {
 	if l.wake.Unheard(key) {
-		logx.Errorf("redislock: Redis refused to publish the release of %q (an ACL without its channel?): waiters in other processes are not woken", key)
+		l.logger().LogAttrs(context.Background(), slog.LevelError, "redislock: Redis refused to publish a release; waiters in other processes are not woken",
+			slog.String("key", key))
 	}
 }
 
@@ -108,7 +109,8 @@ func (rl *RedisLock) letGo(ctx context.Context, id string, lease, abandon time.D
 			}
 		}
 		err = opErr("release", rl.key, err)
-		logx.Errorf("redislock: %s; it expires with its lease", bare(err))
+		rl.logHold(rl.locker.closedLevel(err, slog.LevelWarn), "redislock: release failed; the key expires with its lease", nil,
+			slog.String("owner", id), causeAttr(err))
 		if closing == nil {
 			rl.locker.failed(err)
 		}
@@ -122,7 +124,8 @@ func (rl *RedisLock) tryLetGo(ctx context.Context, id string, abandon time.Durat
 	defer cancel()
 	_, err := rl.release(ctx, id, abandon)
 	if err != nil && !store.Ambiguous(err) {
-		logx.Errorf("redislock: releasing %q (owner %s) failed, it expires with its lease: %s", rl.key, id, bare(err))
+		rl.logHold(rl.locker.closedLevel(err, slog.LevelWarn), "redislock: release failed; the key expires with its lease", nil,
+			slog.String("owner", id), causeAttr(err))
 		return nil
 	}
 	return err

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,6 +187,7 @@ type Locker struct {
 	clock    clock.Clock
 	renewals *renew.Scheduler[*hold] // its holds' renewals, lease deadlines and maximum holds
 	wake     *wake.Set               // its locks' wake-ups: one subscription per client
+	log      *slog.Logger            // WithLogger given to NewLocker; nil: its store's
 	life     lifetime
 }
 

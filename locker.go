@@ -17,7 +17,9 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 			opt(&o)
 		}
 	}
-	return newLocker(store, o.clock, opts, false)
+	l := newLocker(store, o.clock, opts, false)
+	l.log = o.logger
+	return l
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override

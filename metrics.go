@@ -64,37 +64,49 @@ func label(v string) []string {
 
 var acquiredLabel, releasedLabel = []string{"acquired"}, []string{"released"}
 
-// countEnd records the end of a hold. The caller holds rl.mu.
-func (rl *RedisLock) countEnd(h *hold, cause error) {
-	end := "released"
+// endOf names how a hold that ended with cause ended: released, lost,
+// max_hold, or context (the lease ran out after the holding context ended).
+func endOf(cause error) string {
 	switch {
 	case cause == nil:
+		return "released"
 	case errors.Is(cause, ErrLockLost):
-		end = "lost"
+		return "lost"
+	case errors.Is(cause, ErrMaxHoldExceeded):
+		return "max_hold"
+	}
+	return "context"
+}
+
+// countEnd records the end of a hold. The caller holds rl.mu.
+func (rl *RedisLock) countEnd(h *hold, cause error) {
+	end := endOf(cause)
+	if end == "lost" {
 		if errors.Is(cause, errLeaseRanOut) {
 			metricLosses.Inc("lease_ran_out")
 		} else {
 			metricLosses.Inc("key_gone")
 		}
-	case errors.Is(cause, ErrMaxHoldExceeded):
-		end = "max_hold"
-	default:
-		end = "context"
 	}
 	metricHold.ObserveFloat(rl.locker.clock.Now().Sub(h.renewal.Started()).Seconds(), label(end)...)
 	metricHeld.Dec()
 }
 
+// waitOutcome names how a wait that returned err ended: acquired,
+// gave_up, or error.
+func waitOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "gave_up"
+	}
+	return "error"
+}
+
 // countWait records how an AcquireWait that began at start ended.
 func countWait(start time.Time, err error) {
-	outcome := "acquired"
-	switch {
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		outcome = "gave_up"
-	case err != nil:
-		outcome = "error"
-	}
-	metricWait.ObserveFloat(time.Since(start).Seconds(), outcome)
+	metricWait.ObserveFloat(time.Since(start).Seconds(), waitOutcome(err))
 }
 
 // countAcquire records an acquisition attempt's result.

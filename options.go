@@ -2,8 +2,11 @@ package redislock
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
@@ -34,6 +37,8 @@ type options struct {
 	shared   bool // WithShared
 	replicas int  // that acknowledge each write of a hold (WithReplicas); 0: none wait
 	clock    clock.Clock
+	logger   *slog.Logger    // WithLogger; nil: the Locker's
+	tracer   trace.Tracer    // WithTracerProvider's; nil: the global provider's
 	invalid  []invalidOption // options given an invalid value last
 
 	waitTimeout time.Duration

@@ -193,10 +193,11 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
-	l := &Locker{store: store.New(s), opts: opts, clock: c, wake: wake.NewSet(c)}
+	l := &Locker{store: store.New(s), opts: opts, clock: c}
+	l.wake = wake.NewSet(c, l.logger)
 	l.life.shared, l.life.finished = shared, make(chan struct{})
 	l.life.closing, l.life.shut = context.WithCancel(context.Background())
-	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals)
+	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals, renewalFailed)
 	return l
 }
 

@@ -2,8 +2,7 @@ package redislock
 
 import (
 	"context"
-
-	"github.com/zeromicro/go-zero/core/logx"
+	"log/slog"
 )
 
 // releasedOne finishes a ReleaseCtx that gave back an acquisition of h
@@ -27,7 +26,7 @@ func (rl *RedisLock) releasedOne(ctx context.Context, h *hold, endErr error) {
 		// network: delete the key if it still holds our id, so that
 		// the renewal finds nothing to extend once we return.
 		if _, err := rl.release(ctx, h.id, 0); err != nil {
-			logx.Errorf("redislock: releasing %q (owner %s) after its hold ended failed, it expires with its lease: %s", rl.key, h.id, bare(err))
+			rl.logHold(rl.locker.closedLevel(err, slog.LevelWarn), "redislock: release failed; the key expires with its lease", h, causeAttr(err))
 		}
 	}
 }
@@ -49,7 +48,7 @@ func (rl *RedisLock) releaseLast(ctx context.Context, h *hold) error {
 		h.err = err
 		rl.mu.Unlock()
 		rl.countEnd(h, err)
-		logx.Errorf("redislock: hold of %q (owner %s) ended: %s", rl.key, h.id, bare(err))
+		rl.logHold(slog.LevelWarn, "redislock: hold lost", h, causeAttr(err))
 	default:
 		rl.countEnd(h, nil)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/redislock/redislock/internal/store"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/zeromicro/go-zero/core/logx"
 )
 
 // Status is the state of a lock in Redis, as an operator sees it: read by
@@ -254,7 +254,7 @@ func (rl *RedisLock) Watch(ctx context.Context, poll time.Duration, fn func(Stat
 			} else if ctx.Err() != nil {
 				return ctx.Err()
 			} else {
-				logx.Errorf("redislock: watching %q without its release channel: %v", rl.key, err)
+				rl.logHold(slog.LevelError, "redislock: watching without the release channel; polling", nil, causeAttr(err))
 			}
 		}
 	}

@@ -48,7 +48,9 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 		}
 		defer l.life.wg.Done()
 	}
-	defer func(start time.Time) { countWait(start, err) }(time.Now())
+	ctx, span := rl.startWait(ctx)
+	start := time.Now()
+	defer func() { countWait(start, err); span.end(start, err) }()
 	if err := retryErr(rl.opts.retry); err != nil {
 		return err
 	}
@@ -147,6 +149,7 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 			ticked = false
 			// The round trip is bounded by ctx, not by the wait timeout: an
 			// attempt under way is never cut short into an ambiguous one.
+			span.attempted()
 			done, wait, err := rl.attempt(ctx, holding, fw, n.Handoff)
 			lag = nil
 			if lagging(err) {
@@ -213,6 +216,7 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 		select {
 		case <-waitCtx.Done():
 		case <-w.C():
+			span.woken()
 		case <-rl.heldChange(): // a hold of rl (another goroutine's) ended or began
 		case <-rl.lockerDone():
 		case <-tick:

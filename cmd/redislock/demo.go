@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/zeromicro/go-zero/core/logx"
 
 	"github.com/redislock/redislock"
 )
@@ -27,7 +27,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		return parseStatus(err)
 	}
 
-	out := &syncWriter{w: stdout} // the narration and logx's lines share it
+	out := &syncWriter{w: stdout} // the narration and the library's lines share it
 	d := &tour{out: out, start: time.Now(), scale: 1, prefix: "redislock-demo:"}
 	if *fast {
 		d.scale = 10
@@ -54,9 +54,14 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// What the library logs in the background, where no caller can get an
-	// error, goes through go-zero's logx; show it indented.
-	logx.MustSetup(logx.LogConf{Mode: "console", Encoding: "plain", Stat: false})
-	logx.SetWriter(logx.NewWriter(&indented{w: out, prefix: "           logx | "}))
+	// error, goes to the logger of WithLogger; show all of it indented.
+	d.log = slog.New(slog.NewTextHandler(&indented{w: out, prefix: "            log | "}, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{} // the narration says when
+			}
+			return a
+		}}))
 
 	for _, scene := range []func() error{d.contention, d.reentry, d.watchdog, d.loss, d.maxHold, d.shutdown} {
 		if err := scene(); err != nil {
@@ -74,6 +79,7 @@ type tour struct {
 	scale  time.Duration
 	prefix string
 	rdb    *redis.Client
+	log    *slog.Logger // the library's lines, shown indented
 }
 
 func (d *tour) say(format string, args ...any) {
@@ -88,7 +94,7 @@ func (d *tour) title(s string) {
 func (d *tour) wait(t time.Duration) { time.Sleep(t / d.scale) }
 
 func (d *tour) lock(key string, opts ...redislock.Option) *redislock.RedisLock {
-	return redislock.NewRedisLock(redislock.FromGoRedis(d.rdb), d.prefix+key, opts...)
+	return redislock.NewRedisLock(redislock.FromGoRedis(d.rdb), d.prefix+key, append([]redislock.Option{redislock.WithLogger(d.log)}, opts...)...)
 }
 
 // contention: three workers, each with its own RedisLock, want to bill the
@@ -299,7 +305,7 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	return s.w.Write(b)
 }
 
-// indented writes logx's output with a prefix before each line, in one write.
+// indented writes the library's lines with a prefix before each line, in one write.
 type indented struct {
 	w      io.Writer
 	prefix string

@@ -28,12 +28,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/zeromicro/go-zero/core/logx"
 )
 
 const usage = `usage: redislock <command> [flags]
@@ -81,17 +81,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "run", "elect":
-		// stdout is the command's: the library's logs, whatever their
-		// level, go to stderr, and go-redis's through them.
-		logx.SetWriter(logx.NewWriter(stderr))
-		redis.SetLogger(logxLogger{})
+		// stdout is the command's: the library's logs go to stderr, and
+		// go-redis's through them.
+		logTo(stderr)
 		if args[0] == "elect" {
 			return electCmd(args[1:], stderr)
 		}
 		return runCmd(args[1:], stderr)
 	case "status", "break", "watch", "leader":
-		logx.SetWriter(logx.NewWriter(stderr))
-		redis.SetLogger(logxLogger{})
+		logTo(stderr)
 		switch args[0] {
 		case "status":
 			return statusCmd(args[1:], stdout, stderr)
@@ -112,10 +110,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// logxLogger sends go-redis's own log lines (connection pool retries and
-// the like) through logx, as errors: they say Redis is hard to reach.
-type logxLogger struct{}
+// logTo sends the library's lines (slog.Default's, at Info and above) to
+// w as text, and go-redis's own through them.
+func logTo(w io.Writer) {
+	log := slog.New(slog.NewTextHandler(w, nil))
+	slog.SetDefault(log)
+	redis.SetLogger(redisLogger{log})
+}
 
-func (logxLogger) Printf(ctx context.Context, format string, v ...any) {
-	logx.WithContext(ctx).Errorf(format, v...) // go-redis says "redis:" itself
+// redisLogger logs go-redis's own lines (connection pool retries and the
+// like) as warnings: they say Redis is hard to reach.
+type redisLogger struct{ log *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, fmt.Sprintf(format, v...)) // go-redis says "redis:" itself
 }

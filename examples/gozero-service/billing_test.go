@@ -17,6 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/logx"
 	"github.com/zeromicro/go-zero/core/proc"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redislock/redislock"
 	"github.com/redislock/redislock/examples/gozero-service/internal/config"
@@ -448,5 +453,45 @@ func TestTwoReplicasLockLostMidCharge(t *testing.T) {
 	}
 	if charged != 1 || slow.svc.Gateway.Attempts("5") != 2 {
 		t.Errorf("%d replies say charged, %d charges reached the gateway; want 1 of 2: %+v", charged, slow.svc.Gateway.Attempts("5"), replies)
+	}
+}
+
+// TestTracesShowTheLockWaitUnderTheRequest: with a TracerProvider set (as
+// go-zero's Telemetry config sets one), a charge's trace shows the wait
+// for the invoice's lock and the hold under the request's span.
+func TestTracesShowTheLockWaitUnderTheRequest(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()); _ = tp.Shutdown(context.Background()) })
+	// go-zero's setup sets a provider of its own (exporting to the
+	// Telemetry config's endpoint): this one, with an exporter a test can
+	// read, takes its place before the server starts.
+	s := startService(t, nil, func(*svc.ServiceContext) { otel.SetTracerProvider(tp) })
+	s.rdb.Set(context.Background(), "invoice:7", "another-replica", 300*time.Millisecond) // held elsewhere: the charge waits
+	if r, err := s.charge(&http.Client{Timeout: 20 * time.Second}, "7"); err != nil || r.status != http.StatusOK || !r.body.Charged {
+		t.Fatalf("reply %+v, %v; want 200, charged", r, err)
+	}
+	var request, wait, hold *tracetest.SpanStub
+	spans := exp.GetSpans()
+	for i := range spans {
+		switch s := &spans[i]; {
+		case s.Name == "redislock.wait":
+			wait = s
+		case s.Name == "redislock.hold":
+			hold = s
+		case s.SpanKind == trace.SpanKindServer:
+			request = s
+		}
+	}
+	if request == nil || wait == nil || hold == nil {
+		t.Fatalf("the request's, the wait's and the hold's spans: %v, %v, %v", request, wait, hold)
+	}
+	for _, s := range []*tracetest.SpanStub{wait, hold} {
+		if s.Parent.SpanID() != request.SpanContext.SpanID() {
+			t.Errorf("%s is not a child of the request's span %q", s.Name, request.Name)
+		}
+	}
+	if d := wait.EndTime.Sub(wait.StartTime); d < 100*time.Millisecond {
+		t.Errorf("the wait's span lasted %v; the lock was held for 300 ms", d)
 	}
 }

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeromicro/go-zero/core/logx"
-
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
 )
@@ -92,6 +90,7 @@ type Scheduler[T any] struct {
 	store  *store.Store
 	report func(T, End, error) // never called with mu held
 	count  func(ok, lost, failed int)
+	retry  func(T, Retry) // never called with mu held
 	wg     sync.WaitGroup // runs under way
 
 	mu      sync.Mutex
@@ -103,10 +102,20 @@ type Scheduler[T any] struct {
 	closed  bool
 }
 
-// New returns a Scheduler on c and st that reports ends to report and
-// counts each batch's renewals with count.
-func New[T any](c clock.Clock, st *store.Store, report func(T, End, error), count func(ok, lost, failed int)) *Scheduler[T] {
-	return &Scheduler[T]{clock: c, store: st, report: report, count: count}
+// New returns a Scheduler on c and st that reports ends to report, counts
+// each batch's renewals with count, and reports each failed renewal of a
+// lease still renewed to retry.
+func New[T any](c clock.Clock, st *store.Store, report func(T, End, error), count func(ok, lost, failed int),
+	retry func(T, Retry)) *Scheduler[T] {
+	return &Scheduler[T]{clock: c, store: st, report: report, count: count, retry: retry}
+}
+
+// A Retry is a failed renewal, to be made again: the how-manieth failure
+// in a row, when the next is due, and why it failed.
+type Retry struct {
+	Attempt int
+	In      time.Duration
+	Err     error
 }
 
 // Add schedules the lease of key, held by owner as id with a lease of
@@ -274,6 +283,12 @@ type end[T any] struct {
 	err   error
 }
 
+// retry is a Retry of owner's lease, to report once mu is released.
+type retry[T any] struct {
+	owner T
+	Retry
+}
+
 // run is one run of the Scheduler, in its timer's goroutine: it ends the
 // leases whose maximum hold came or whose deadline passed, and renews
 // those whose renewal is due (or due within a thirtieth of their lease).
@@ -383,6 +398,7 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time, alone bool) {
 func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) (refused []*Lease[T]) {
 	var ok, lost, failed int
 	var ends []end[T]
+	var retries []retry[T]
 	s.mu.Lock()
 	for _, c := range calls {
 		leases := c.Tag.([]*Lease[T])
@@ -412,8 +428,7 @@ func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) (refused []*
 				backoff := clock.Backoff(l.lease/3, l.failures)
 				l.nextRenew = s.clock.Now().Add(backoff)
 				if l.state == renewing {
-					logx.Errorf("redislock: renewing %q (owner %s) failed, attempt %d, retrying in %v: %v",
-						l.key, l.args[0], l.failures, backoff, err)
+					retries = append(retries, retry[T]{l.owner, Retry{l.failures, backoff, err}})
 				}
 				s.scheduleLocked(l)
 			case codes[i] == 0:
@@ -432,6 +447,9 @@ func (s *Scheduler[T]) renewed(calls []*store.Call, sent time.Time) (refused []*
 	}
 	s.mu.Unlock()
 	s.count(ok, lost, failed)
+	for _, r := range retries {
+		s.retry(r.owner, r.Retry)
+	}
 	for _, e := range ends {
 		s.report(e.owner, e.end, e.err)
 	}

@@ -68,11 +68,30 @@ type fixture struct {
 	replies *replies
 	s       *Scheduler[string]
 	reports chan report
+	retries *retries
+}
+
+// retries are the Retry reports of a fixture, in order.
+type retries struct {
+	sync.Mutex
+	of map[string][]Retry
+}
+
+func (r *retries) add(owner string, x Retry) {
+	r.Lock()
+	defer r.Unlock()
+	r.of[owner] = append(r.of[owner], x)
+}
+
+func (r *retries) get(owner string) []Retry {
+	r.Lock()
+	defer r.Unlock()
+	return r.of[owner]
 }
 
 func newFixture() fixture {
-	f := fixture{clk: clocktest.New(), replies: &replies{code: 1}, reports: make(chan report, 10)}
-	f.s = New(f.clk, store.New(f.replies), func(o string, e End, err error) { f.reports <- report{o, e, err} }, func(int, int, int) {})
+	f := fixture{clk: clocktest.New(), replies: &replies{code: 1}, reports: make(chan report, 10), retries: &retries{of: map[string][]Retry{}}}
+	f.s = New(f.clk, store.New(f.replies), func(o string, e End, err error) { f.reports <- report{o, e, err} }, func(int, int, int) {}, f.retries.add)
 	return f
 }
 
@@ -145,6 +164,18 @@ func TestReportsEachEnd(t *testing.T) {
 	}
 	if n := f.replies.count(); n < 5 {
 		t.Fatalf("%d renewals tried; want the retries", n)
+	}
+	retried := f.retries.get("failing")
+	if len(retried) < 4 {
+		t.Fatalf("%d failed renewals reported to retry; want the retries", len(retried))
+	}
+	for i, r := range retried {
+		if r.Attempt != i+1 || r.In <= 0 || !errors.Is(r.Err, failure) {
+			t.Fatalf("retry %d reported as %+v", i+1, r)
+		}
+	}
+	if len(f.retries.get("held")) != 0 || len(f.retries.get("gone")) != 0 {
+		t.Fatal("retries reported of renewals that did not fail")
 	}
 	if f.s.Extended(l, f.clk.Now()) {
 		t.Fatal("a lease whose end was reported was extended")
@@ -229,7 +260,7 @@ func TestBatchRefusedWholeIsRenewedLeaseByLease(t *testing.T) {
 	reports := make(chan report, 10)
 	st := store.New(d)
 	st.Single = true // one primary: leases are batched
-	s := New(clk, st, func(o string, e End, err error) { reports <- report{o, e, err} }, func(int, int, int) {})
+	s := New(clk, st, func(o string, e End, err error) { reports <- report{o, e, err} }, func(int, int, int) {}, func(string, Retry) {})
 	const lease = 3 * time.Second
 	var leases []*Lease[string]
 	for _, k := range []string{"a", "denied", "b"} {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -105,3 +106,9 @@ type serverError struct {
 func (e serverError) Error() string { return e.text }
 func (e serverError) Unwrap() error { return e.err }
 func (e serverError) RedisError()   {}
+
+// Closed reports whether err follows the application's own Close of its
+// client: go-redis's ErrClosed, or a connection closed on our side.
+func Closed(err error) bool {
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed)
+}

@@ -149,15 +149,20 @@ func New(s Scripter) *Store {
 	return st
 }
 
+// IsGoZero reports whether s is go-zero's store.
+func IsGoZero(s any) bool {
+	v := reflect.Indirect(reflect.ValueOf(s))
+	return v.Kind() == reflect.Struct && v.Type().PkgPath() == "github.com/zeromicro/go-zero/core/stores/redis"
+}
+
 // goZeroCluster reports a go-zero store of a Redis Cluster, whose
 // pipelines go through a go-redis ClusterClient, where WAIT, which names
 // no key, cannot follow a script to its key's node.
 func goZeroCluster(s any) bool {
-	v := reflect.Indirect(reflect.ValueOf(s))
-	if v.Kind() != reflect.Struct || v.Type().PkgPath() != "github.com/zeromicro/go-zero/core/stores/redis" {
+	if !IsGoZero(s) {
 		return false
 	}
-	t := v.FieldByName("Type")
+	t := reflect.Indirect(reflect.ValueOf(s)).FieldByName("Type")
 	return t.Kind() != reflect.String || t.String() != "node"
 }
 

@@ -9,14 +9,16 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/zeromicro/go-zero/core/logx"
 
 	"github.com/redislock/redislock/internal/clock"
 	"github.com/redislock/redislock/internal/store"
@@ -26,6 +28,7 @@ import (
 // pub/sub for the locks that have none. Make it with NewSet.
 type Set struct {
 	clock   clock.Clock
+	log     func() *slog.Logger // its Locker's, at each line
 	wg      sync.WaitGroup      // readers and sweeps
 	quiet   atomic.Pointer[hub] // the hub without pub/sub, while open
 	refused atomic.Bool         // a refused subscription was logged
@@ -36,9 +39,29 @@ type Set struct {
 	closed bool         // no hub opens any more
 }
 
-// NewSet returns an empty Set on c.
-func NewSet(c clock.Clock) *Set {
-	return &Set{clock: c, hubs: map[any]*hub{}}
+// NewSet returns an empty Set on c that logs to log().
+func NewSet(c clock.Clock, log func() *slog.Logger) *Set {
+	return &Set{clock: c, log: log, hubs: map[any]*hub{}}
+}
+
+// logf logs msg at level, with attrs, as said by its caller; at Debug
+// when err follows the client's Close.
+func (s *Set) logf(level slog.Level, msg string, err error, attrs ...slog.Attr) {
+	if store.Closed(err) {
+		level = slog.LevelDebug
+	}
+	log, ctx := s.log(), context.Background()
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	var pc [1]uintptr
+	runtime.Callers(2, pc[:]) // the caller's line, not this one's
+	r := slog.NewRecord(time.Now(), level, msg, pc[0])
+	r.AddAttrs(attrs...)
+	if err != nil {
+		r.AddAttrs(slog.String("cause", err.Error()))
+	}
+	_ = log.Handler().Handle(ctx, r)
 }
 
 // How long a waiter waits for its subscription to be confirmed before its
@@ -165,7 +188,7 @@ func (s *Set) Join(ctx context.Context, owner any, sub store.Subscriber, channel
 		} else {
 			h.pending[w.name]++
 			if err := h.ps.Subscribe(h.ctx, w.name); err != nil {
-				logx.Errorf("redislock: subscribing to %q failed, pacing by retries: %v", channel, err)
+				s.logf(slog.LevelWarn, "redislock: subscribing to wake-ups failed; pacing by retries", err, slog.String("channel", channel))
 				c.unblock() // no confirmation is coming: go on unsubscribed
 			}
 		}
@@ -207,7 +230,7 @@ func (s *Set) use(owner any, sub store.Subscriber) *hub {
 			chans: map[string]*keyWaiters{}, pending: map[string]int{}}
 		if sub != nil {
 			if h.ps = sub.Subscribe(ctx); h.ps == nil {
-				logx.Errorf("redislock: %T.Subscribe gave no PubSub: pacing by retries", sub)
+				s.logf(slog.LevelError, "redislock: Subscribe gave no PubSub; pacing by retries", nil, slog.String("subscriber", fmt.Sprintf("%T", sub)))
 			}
 		}
 		s.hubs[key] = h
@@ -284,7 +307,7 @@ func (h *hub) sweep() {
 		if !c.idle.IsZero() && time.Since(c.idle) >= linger {
 			delete(h.chans, name)
 			if err := h.ps.Unsubscribe(h.ctx, name); err != nil && h.ctx.Err() == nil {
-				logx.Errorf("redislock: unsubscribing from %q failed: %v", name, err)
+				h.set.logf(slog.LevelWarn, "redislock: unsubscribing from wake-ups failed", err, slog.String("channel", name))
 			}
 		}
 	}
@@ -350,7 +373,7 @@ func (h *hub) confirm(name string) {
 // later.
 func (h *hub) refused(err error) {
 	if h.set.refused.CompareAndSwap(false, true) { // once per Set
-		logx.Errorf("redislock: Redis refused a subscription to wake-ups, pacing by retries: %v", err)
+		h.set.logf(slog.LevelError, "redislock: Redis refused a subscription to wake-ups; pacing by retries", err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -407,7 +430,7 @@ func (c *keyWaiters) wakeHeads() {
 // resubscription, waiters pace themselves by their RetryStrategy.
 func (h *hub) dropped(err error, failures int) {
 	if failures == 1 {
-		logx.Errorf("redislock: wake-up subscription dropped, pacing by retries until it is back: %v", err)
+		h.set.logf(slog.LevelWarn, "redislock: wake-up subscription dropped; pacing by retries until it is back", err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -2,6 +2,7 @@ package wake
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 func TestLineWithoutPubSub(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s := NewSet(clock.Real{})
+	s := NewSet(clock.Real{}, slog.Default)
 	ctx := context.Background()
 	a := s.Join(ctx, "lock a", nil, "ch", "")
 	b := s.Join(ctx, "lock b", nil, "ch", "")
@@ -55,7 +56,7 @@ func TestReleasesAndHandoffsThroughPubSub(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	s := NewSet(clock.Real{})
+	s := NewSet(clock.Real{}, slog.Default)
 	ctx := context.Background()
 	plain := s.Join(ctx, "lock", c, "ch", "")
 	if !plain.Subscribed() {
