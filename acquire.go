@@ -124,7 +124,7 @@ func (rl *RedisLock) acquireCtx(ctx, holding context.Context, waiting bool) (boo
 		return false, 0, err
 	}
 	ok, pttl, err := rl.acquire(ctx, holding, lease, waiting)
-	countAcquire(false, ok, err)
+	rl.countAcquire(false, ok, err)
 	return ok, pttl, err
 }
 
@@ -148,7 +148,7 @@ func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok
 	default:
 		ok, err = rl.reenter(ctx, holding, h)
 	}
-	countAcquire(true, ok, err)
+	rl.countAcquire(true, ok, err)
 	return true, ok, err
 }
 

@@ -94,12 +94,12 @@ func (rl *RedisLock) fairStep(ctx, holding context.Context, fw *fairWaiter, m *s
 	token, wait, seq, err := rl.attemptFair(ctx, fw.id, fw.lease, fw.lease)
 	switch {
 	case err != nil: // not replicated (lagging): the lock may be fw's, for the wait's next attempt to take over
-		countAcquire(false, false, err)
+		rl.countAcquire(false, false, err)
 		return false, 0, opErr("acquire", rl.key, err)
 	case token >= 0:
 		return true, 0, rl.takeOver(holding, fw, token, sent.Add(fw.lease-renew.Margin(fw.lease)))
 	}
-	countAcquire(false, false, nil)
+	rl.countAcquire(false, false, nil)
 	if seq > 0 { // waiting: a handoff to fw comes after this round trip
 		fw.seq = seq
 		fw.until = clock.Later(fw.until, sent.Add(fw.lease-renew.Margin(fw.lease)))
@@ -114,6 +114,6 @@ func (rl *RedisLock) takeOver(holding context.Context, fw *fairWaiter, token int
 		return opErr("acquire", rl.key, err) // the wait's end gives the lock back
 	}
 	fw.taken = true
-	countAcquire(false, true, nil)
+	rl.countAcquire(false, true, nil)
 	return nil
 }

@@ -38,7 +38,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		close(rl.began)
 		rl.began = nil
 	}
-	metricHeld.Inc()
+	metricHeld.Inc(rl.series().held...)
 	if holding.Done() != nil {
 		h.unbind = context.AfterFunc(holding, func() { rl.holdingContextEnded(h) })
 	}

@@ -45,6 +45,7 @@ type RedisLock struct {
 	expiry atomic.Int64  // the lease of the next first acquisition (SetExpire)
 	locker *Locker       // its own, or its store's default Locker
 	mode   *mode         // its kind's scripts
+	labels *labels       // of its metrics' series
 	line   *fairLine     // a fair lock's waits; nil for others
 	op     chan struct{} // a token that serializes the calls that talk to Redis, taken within their context
 

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/zeromicro/go-zero/core/metric"
@@ -10,24 +11,26 @@ import (
 
 // Metrics, through go-zero's core/metric: registered with Prometheus's
 // default registry, and no-ops unless the service enables Prometheus (as a
-// go-zero service does with its Prometheus config). None has a key label,
-// so that their number does not grow with the number of lock names.
+// go-zero service does with its Prometheus config). Each has the lock's
+// kind (lock, fair, permit, shared) and prefix (WithPrefix's, "" without)
+// as labels, none the key: their number grows with the prefixes an
+// operator chose, not with the number of lock names.
 var (
 	metricAcquisitions = metric.NewCounterVec(&metric.CounterVecOpts{
 		Namespace: "redislock", Name: "acquisitions_total",
 		Help:   "Acquisition attempts by result: acquired, reentered, busy, lost (a re-entry found the lock gone), error.",
-		Labels: []string{"result"},
+		Labels: []string{"result", "kind", "prefix"},
 	})
 	metricWait = metric.NewHistogramVec(&metric.HistogramVecOpts{
 		Namespace: "redislock", Name: "wait_duration_seconds",
 		Help:    "How long AcquireWait waited, by outcome: acquired, gave_up, error.",
-		Labels:  []string{"outcome"},
+		Labels:  []string{"outcome", "kind", "prefix"},
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	})
 	metricHold = metric.NewHistogramVec(&metric.HistogramVecOpts{
 		Namespace: "redislock", Name: "hold_duration_seconds",
 		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, context (the lease ran out after the holding context ended).",
-		Labels:  []string{"end"},
+		Labels:  []string{"end", "kind", "prefix"},
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
 	})
 	metricRenewals = metric.NewCounterVec(&metric.CounterVecOpts{
@@ -38,11 +41,12 @@ var (
 	metricLosses = metric.NewCounterVec(&metric.CounterVecOpts{
 		Namespace: "redislock", Name: "losses_total",
 		Help:   "Holds lost, by cause: key_gone (deleted, expired or taken, found by a renewal, re-entry, release or TTL), lease_ran_out (renewals failed until the validity deadline).",
-		Labels: []string{"cause"},
+		Labels: []string{"cause", "kind", "prefix"},
 	})
 	metricHeld = metric.NewGaugeVec(&metric.GaugeVecOpts{
 		Namespace: "redislock", Name: "held",
-		Help: "Locks held by this process now.",
+		Help:   "Holds this process has now.",
+		Labels: []string{"kind", "prefix"},
 	})
 )
 
@@ -50,19 +54,41 @@ var (
 // until the validity deadline.
 var errLeaseRanOut = errors.New("lease ran out")
 
-// label returns v as the one-value slice the vectors take; the values of
-// the hot path (an acquisition and its release) allocate nothing.
-func label(v string) []string {
-	switch v {
-	case "acquired":
-		return acquiredLabel
-	case "released":
-		return releasedLabel
-	}
-	return []string{v}
+// labels are the label values of a lock's series: for each value of a
+// metric's first label, the value, the lock's kind and its prefix; made
+// once per kind and prefix, so that the hot path (an acquisition and its
+// release) allocates nothing.
+type labels struct {
+	of   map[string][]string
+	held []string // the gauge's: kind and prefix
 }
 
-var acquiredLabel, releasedLabel = []string{"acquired"}, []string{"released"}
+// labelSets holds the labels of each kind and prefix in use.
+var labelSets sync.Map // kind + "\x00" + prefix → *labels
+
+// series returns the labels of rl's series (a RedisLock not made by
+// NewRedisLock has the defaults').
+func (rl *RedisLock) series() *labels {
+	if rl.labels == nil {
+		return labelsOf(rl.kind(), rl.opts.prefix)
+	}
+	return rl.labels
+}
+
+// labelsOf returns the labels of a lock of kind and prefix.
+func labelsOf(kind, prefix string) *labels {
+	k := kind + "\x00" + prefix
+	if l, ok := labelSets.Load(k); ok {
+		return l.(*labels)
+	}
+	l := &labels{of: map[string][]string{}, held: []string{kind, prefix}}
+	for _, v := range []string{"acquired", "reentered", "busy", "lost", "error", "gave_up", "released", "max_hold", "context",
+		"key_gone", "lease_ran_out"} {
+		l.of[v] = []string{v, kind, prefix}
+	}
+	actual, _ := labelSets.LoadOrStore(k, l)
+	return actual.(*labels)
+}
 
 // endOf names how a hold that ended with cause ended: released, lost,
 // max_hold, or context (the lease ran out after the holding context ended).
@@ -83,13 +109,13 @@ func (rl *RedisLock) countEnd(h *hold, cause error) {
 	end := endOf(cause)
 	if end == "lost" {
 		if errors.Is(cause, errLeaseRanOut) {
-			metricLosses.Inc("lease_ran_out")
+			metricLosses.Inc(rl.series().of["lease_ran_out"]...)
 		} else {
-			metricLosses.Inc("key_gone")
+			metricLosses.Inc(rl.series().of["key_gone"]...)
 		}
 	}
-	metricHold.ObserveFloat(rl.locker.clock.Now().Sub(h.renewal.Started()).Seconds(), label(end)...)
-	metricHeld.Dec()
+	metricHold.ObserveFloat(rl.locker.clock.Now().Sub(h.renewal.Started()).Seconds(), rl.series().of[end]...)
+	metricHeld.Dec(rl.series().held...)
 }
 
 // waitOutcome names how a wait that returned err ended: acquired,
@@ -104,13 +130,13 @@ func waitOutcome(err error) string {
 	return "error"
 }
 
-// countWait records how an AcquireWait that began at start ended.
-func countWait(start time.Time, err error) {
-	metricWait.ObserveFloat(time.Since(start).Seconds(), waitOutcome(err))
+// countWait records how an AcquireWait of rl that began at start ended.
+func (rl *RedisLock) countWait(start time.Time, err error) {
+	metricWait.ObserveFloat(time.Since(start).Seconds(), rl.series().of[waitOutcome(err)]...)
 }
 
-// countAcquire records an acquisition attempt's result.
-func countAcquire(reentry, ok bool, err error) {
+// countAcquire records the result of an acquisition attempt of rl.
+func (rl *RedisLock) countAcquire(reentry, ok bool, err error) {
 	outcome := "busy"
 	switch {
 	case ok && reentry:
@@ -122,10 +148,11 @@ func countAcquire(reentry, ok bool, err error) {
 	case err != nil:
 		outcome = "error"
 	}
-	metricAcquisitions.Inc(label(outcome)...)
+	metricAcquisitions.Inc(rl.series().of[outcome]...)
 }
 
-// countRenewals records the renewals of a batch by result.
+// countRenewals records the renewals of a batch by result. A batch mixes
+// kinds and prefixes: the renewals have no labels but the result.
 func countRenewals(ok, lost, failed int) {
 	if ok > 0 {
 		metricRenewals.Add(float64(ok), "ok")

@@ -2,23 +2,30 @@ package redislock
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/prometheus"
 )
 
 // metricValue reads a metric from Prometheus's default registry: a
-// counter's or gauge's value, or a histogram's count, for the series whose
-// label (if any) has the given value.
+// counter's or gauge's value, or a histogram's count, summed over the
+// series whose label (if any) has the given value.
 func metricValue(t *testing.T, name, label, value string) float64 {
 	t.Helper()
 	families, err := prom.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sum float64
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -35,15 +42,15 @@ func metricValue(t *testing.T, name, label, value string) float64 {
 			}
 			switch {
 			case m.Counter != nil:
-				return m.Counter.GetValue()
+				sum += m.Counter.GetValue()
 			case m.Gauge != nil:
-				return m.Gauge.GetValue()
+				sum += m.Gauge.GetValue()
 			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
+				sum += float64(m.Histogram.GetSampleCount())
 			}
 		}
 	}
-	return 0
+	return sum
 }
 
 func TestMetrics(t *testing.T) {
@@ -148,4 +155,66 @@ func TestMetrics(t *testing.T) {
 	if got := metricValue(t, "redislock_held", "", "") - before[watched[14]]; got != 0 {
 		t.Errorf("held went from %v by %v, want back to where it was", before[watched[14]], got)
 	}
+}
+
+// scrape returns what Prometheus would scrape from the default registry.
+func scrape(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(prom.DefaultGatherer, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// The series carry each lock's kind and prefix, as a scrape of the
+// default registry shows them: a hold of each kind under a prefix is
+// counted, held, and its end observed, in its own series.
+func TestMetricsScrapeKindAndPrefix(t *testing.T) {
+	prometheus.Enable()
+	_, c := newMini(t)
+	prefix := fmt.Sprintf("scrape%d:", time.Now().UnixNano()) // series of this run only
+	l := NewLocker(FromGoRedis(c), WithPrefix(prefix))
+	kinds := map[string][]Option{"lock": nil, "fair": {WithFairness()}, "permit": {WithPermits(3)}, "shared": {WithShared()}}
+	var held []*RedisLock
+	for kind, opts := range kinds {
+		rl := l.NewLock("k:"+kind, opts...)
+		if err := rl.AcquireWait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, rl)
+	}
+	during := scrape(t)
+	releaseAll(held...)
+	after := scrape(t)
+	for kind := range kinds {
+		for _, line := range []string{
+			fmt.Sprintf(`redislock_held{kind=%q,prefix=%q} 1`, kind, prefix),
+			fmt.Sprintf(`redislock_acquisitions_total{kind=%q,prefix=%q,result="acquired"} 1`, kind, prefix),
+			fmt.Sprintf(`redislock_wait_duration_seconds_count{kind=%q,outcome="acquired",prefix=%q} 1`, kind, prefix),
+		} {
+			if !strings.Contains(during, line+"\n") {
+				t.Errorf("while held, no line %s", line)
+			}
+		}
+		for _, line := range []string{
+			fmt.Sprintf(`redislock_held{kind=%q,prefix=%q} 0`, kind, prefix),
+			fmt.Sprintf(`redislock_hold_duration_seconds_count{end="released",kind=%q,prefix=%q} 1`, kind, prefix),
+		} {
+			if !strings.Contains(after, line+"\n") {
+				t.Errorf("once released, no line %s", line)
+			}
+		}
+	}
+	if strings.Contains(after, `k:lock`) {
+		t.Error("a key in a label")
+	}
+	must(t, l.Close())
 }

@@ -44,6 +44,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 		release: []string{key, relatedName(key, "releases")},
 		channel: relatedName(key, "released"),
 	}}
+	rl.labels = labelsOf(rl.kind(), o.prefix)
 	if o.fair {
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.

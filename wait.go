@@ -50,7 +50,7 @@ func (rl *RedisLock) acquireWait(ctx, holding context.Context) (err error) {
 	}
 	ctx, span := rl.startWait(ctx)
 	start := time.Now()
-	defer func() { countWait(start, err); span.end(start, err) }()
+	defer func() { rl.countWait(start, err); span.end(start, err) }()
 	if err := retryErr(rl.opts.retry); err != nil {
 		return err
 	}
