@@ -34,6 +34,7 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/logx"
 )
 
 const usage = `usage: redislock <command> [flags]
@@ -111,11 +112,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // logTo sends the library's lines (slog.Default's, at Info and above) to
-// w as text, and go-redis's own through them.
+// w as text, go-redis's own through them, and go-zero's (its signal
+// handler's, say) there too.
 func logTo(w io.Writer) {
 	log := slog.New(slog.NewTextHandler(w, nil))
 	slog.SetDefault(log)
 	redis.SetLogger(redisLogger{log})
+	logx.SetWriter(logx.NewWriter(w))
 }
 
 // redisLogger logs go-redis's own lines (connection pool retries and the
