@@ -278,10 +278,9 @@ func TestDefaultLoggerOfEachStore(t *testing.T) {
 	ctx := context.Background()
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
-	var logxOut bytes.Buffer
-	var mu sync.Mutex
+	logxOut := &logBook{}
 	logx.SetLevel(logx.DebugLevel)
-	logx.SetWriter(logx.NewWriter(lockedWriter{&mu, &logxOut}))
+	logx.SetWriter(logx.NewWriter(logxOut))
 	t.Cleanup(func() {
 		if !testing.Verbose() {
 			logx.Disable()
@@ -301,9 +300,9 @@ func TestDefaultLoggerOfEachStore(t *testing.T) {
 	recs := book.await(t, "redislock: hold lost", 1)
 	var out string
 	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(out, "log:default:go-zero") && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		out = logxOut.String()
-		mu.Unlock()
+		logxOut.mu.Lock()
+		out = logxOut.buf.String()
+		logxOut.mu.Unlock()
 	}
 	var line map[string]any
 	for _, l := range strings.Split(out, "\n") {
@@ -327,15 +326,4 @@ func TestDefaultLoggerOfEachStore(t *testing.T) {
 	if strings.Contains(out, "log:default:go-redis") {
 		t.Errorf("the go-redis client's loss went to logx: %q", out)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
