@@ -190,7 +190,7 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 	case err != nil:
 		return opErr("proclaim", rl.key, err)
 	case code == 2:
-		rl.locker.wakeupRefused(e.leader)
+		rl.locker.wakeupRefused(rl, e.leader)
 	case code != 1:
 		rl.mu.Lock()
 		err := rl.endLocked(h, rl.lostErr("proclaim found the key gone or taken"))

@@ -69,7 +69,9 @@ func (rl *RedisLock) endLocked(h *hold, cause error) error {
 	asked := !rl.opts.watchdog && errors.Is(cause, errLeaseRanOut) // WithoutWatchdog: the lease ran out, as it was to
 	switch {
 	case !asked && errors.Is(cause, ErrLockLost):
-		rl.logHold(slog.LevelWarn, "redislock: hold lost", h, causeAttr(cause))
+		// Renewals failed because the application closed its client:
+		// the end of its shutdown, not a loss to warn of.
+		rl.logHold(rl.locker.closedLevel(cause, slog.LevelWarn), "redislock: hold lost", h, causeAttr(cause))
 	case !asked && errors.Is(cause, ErrMaxHoldExceeded):
 		rl.logHold(slog.LevelWarn, "redislock: hold ended at its maximum", h, causeAttr(cause))
 	case cause != nil: // the holding context ended, then the lease ran out; or Close; or no watchdog

@@ -46,17 +46,22 @@ func (rl *RedisLock) releaseCall(ctx context.Context, id string, abandon time.Du
 func (l *Locker) releaseResult(c *store.Call) (int64, error) {
 	code, err := store.ReleaseCode(c)
 	if code == 3 {
-		l.wakeupRefused(c.Keys[0])
+		rl, _ := c.Tag.(*RedisLock)
+		l.wakeupRefused(rl, c.Keys[0])
 	}
 	return code, err
 }
 
-// wakeupRefused logs, once per key, that Redis refused to publish a
-// release of key: the Locker's own waiters are told, others wait until
-// their next attempt.
-func (l *Locker) wakeupRefused(key string) {
+// wakeupRefused logs, once per key, to rl's logger (the Locker's when rl
+// is nil), that Redis refused to publish a release of key: the Locker's
+// own waiters are told, others wait until their next attempt.
+func (l *Locker) wakeupRefused(rl *RedisLock, key string) {
 	if l.wake.Unheard(key) {
-		l.logger().LogAttrs(context.Background(), slog.LevelError, "redislock: Redis refused to publish a release; waiters in other processes are not woken",
+		log := l.logger()
+		if rl != nil {
+			log = rl.logger()
+		}
+		log.LogAttrs(context.Background(), slog.LevelError, "redislock: Redis refused to publish a release; waiters in other processes are not woken",
 			slog.String("key", key))
 	}
 }

@@ -182,12 +182,22 @@ func TestLogRecordsOfEachEvent(t *testing.T) {
 				mustRelease(t, rl)
 			}
 		}
-		recs := book.with(t, "redislock: Redis refused to publish a release; waiters in other processes are not woken")
+		refused := "redislock: Redis refused to publish a release; waiters in other processes are not woken"
+		recs := book.with(t, refused)
 		if len(recs) != 2 {
 			t.Fatalf("%d records of refused wake-ups of 2 keys, want 2: %v", len(recs), book.records(t))
 		}
 		for i, key := range []string{"log:a", "log:b"} {
 			expectRecord(t, "the refused wake-up", recs[i], "ERROR", map[string]any{"key": key})
+		}
+		// A lock with a logger of its own gets its line there (found by a
+		// black-box review: it went to the Locker's).
+		own, ownLog := newLogBook()
+		rl := l.NewLock("log:own", WithLogger(ownLog))
+		mustAcquire(t, rl)
+		mustRelease(t, rl)
+		if recs := own.with(t, refused); len(recs) != 1 || len(book.with(t, refused)) != 2 {
+			t.Errorf("the lock's own logger has %v; the Locker's %d records", recs, len(book.with(t, refused)))
 		}
 		must(t, l.Close())
 	})
@@ -251,6 +261,10 @@ func TestCleanShutdownLogsNothingAboveDebug(t *testing.T) {
 			}
 			if clientFirst {
 				_ = c.Close()
+				// Renewals fail meanwhile, and the leases run out (a
+				// black-box review saw a Warn for each hold here).
+				waitDone(t, held[0].Done(), "the lease after the client's Close")
+				time.Sleep(100 * time.Millisecond)
 				_ = l.Close() // releases that cannot be sent: its error, not a log line above debug
 			} else {
 				must(t, l.Close())
@@ -269,6 +283,26 @@ func TestCleanShutdownLogsNothingAboveDebug(t *testing.T) {
 				t.Errorf("%s: nothing logged at all: the ends of the holds are debug records", what)
 			}
 		}
+	}
+}
+
+// A lock of a store's default Locker, whose client the application
+// closes while it holds: the lease runs out as renewals fail, at Debug.
+func TestClosedClientLogsItsHoldsEndAtDebug(t *testing.T) {
+	srv := redisserver.Start(t)
+	book, log := newLogBook()
+	c := srv.Client(t)
+	rl := NewRedisLock(FromGoRedis(c), "log:closed-client", WithExpiry(300*time.Millisecond), WithFencing(), WithLogger(log))
+	mustAcquire(t, rl)
+	_ = c.Close()
+	waitDone(t, rl.Done(), "the lease after the client's Close")
+	recs := book.await(t, "redislock: hold lost", 1)
+	if len(recs) != 1 {
+		t.Fatalf("%d records of the hold's end: %v", len(recs), book.records(t))
+	}
+	expectRecord(t, "the hold's end", recs[0], "DEBUG", map[string]any{"key": "log:closed-client", "cause": "*"})
+	if above := book.above(t); len(above) > 0 {
+		t.Errorf("logged above debug: %v", above)
 	}
 }
 

@@ -29,7 +29,7 @@ var (
 	})
 	metricHold = metric.NewHistogramVec(&metric.HistogramVecOpts{
 		Namespace: "redislock", Name: "hold_duration_seconds",
-		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, context (the lease ran out after the holding context ended).",
+		Help:    "How long holds lasted, from the first acquisition, by how they ended: released, lost, max_hold, closed (the Locker's Close), context (the lease ran out after the holding context ended).",
 		Labels:  []string{"end", "kind", "prefix"},
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
 	})
@@ -82,7 +82,7 @@ func labelsOf(kind, prefix string) *labels {
 		return l.(*labels)
 	}
 	l := &labels{of: map[string][]string{}, held: []string{kind, prefix}}
-	for _, v := range []string{"acquired", "reentered", "busy", "lost", "error", "gave_up", "released", "max_hold", "context",
+	for _, v := range []string{"acquired", "reentered", "busy", "lost", "error", "gave_up", "released", "max_hold", "closed", "context",
 		"key_gone", "lease_ran_out"} {
 		l.of[v] = []string{v, kind, prefix}
 	}
@@ -91,7 +91,8 @@ func labelsOf(kind, prefix string) *labels {
 }
 
 // endOf names how a hold that ended with cause ended: released, lost,
-// max_hold, or context (the lease ran out after the holding context ended).
+// max_hold, closed (its Locker's Close), or context (the lease ran out
+// after the holding context ended).
 func endOf(cause error) string {
 	switch {
 	case cause == nil:
@@ -100,6 +101,8 @@ func endOf(cause error) string {
 		return "lost"
 	case errors.Is(cause, ErrMaxHoldExceeded):
 		return "max_hold"
+	case errors.Is(cause, ErrLockerClosed):
+		return "closed"
 	}
 	return "context"
 }

@@ -211,7 +211,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	}
 	switch {
 	case broken == 3: // broken, and nobody woken
-		rl.locker.wakeupRefused(rl.key)
+		rl.locker.wakeupRefused(rl, rl.key)
 	case broken == -1:
 		return Status{}, opErr("break", rl.key, fmt.Errorf("%w: not a string", ErrWrongType))
 	case broken == 0 && st.Held && was == "": // a semaphore or a shared lock

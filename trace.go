@@ -20,8 +20,9 @@ const tracerName = "github.com/redislock/redislock"
 // of its context's: redislock.wait, with the key, the kind, the outcome
 // (acquired, gave_up, error), the time waited, the attempts and the
 // wake-ups. A hold under Do is another, redislock.hold, from its
-// acquisition to its release, with its owner and token, and a loss as its
-// error; fn's context carries it. A nil tp leaves the default.
+// acquisition to its release, with its owner and token, how it ended, and
+// a loss or a maximum hold as its error; fn's context carries it. A nil tp
+// leaves the default.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) {
 		if tp != nil {
@@ -116,7 +117,7 @@ func (rl *RedisLock) startHold(ctx context.Context, h *hold) (context.Context, t
 }
 
 // endHold ends span (nil: none), of hold h: how the hold ended, and a
-// loss as its error.
+// loss or a maximum hold, which cut fn short, as its error.
 func (rl *RedisLock) endHold(span trace.Span, h *hold) {
 	if span == nil {
 		return
@@ -124,8 +125,9 @@ func (rl *RedisLock) endHold(span trace.Span, h *hold) {
 	rl.mu.Lock()
 	cause := h.err
 	rl.mu.Unlock()
-	span.SetAttributes(attribute.String("redislock.end", endOf(cause)))
-	if cause != nil {
+	end := endOf(cause)
+	span.SetAttributes(attribute.String("redislock.end", end))
+	if end == "lost" || end == "max_hold" {
 		span.RecordError(cause)
 		span.SetStatus(codes.Error, bare(cause))
 	}

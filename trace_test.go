@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/zeromicro/go-zero/core/prometheus"
 
 	"github.com/redislock/redislock/internal/redisserver"
 )
@@ -134,6 +137,38 @@ func TestTraceSpansOfWaitsAndHolds(t *testing.T) {
 		h := holds[0]
 		if v, _ := attrOf(h.Attributes, "redislock.end"); v.AsString() != "lost" || h.Status.Code != codes.Error || len(h.Events) == 0 || h.Events[0].Name != "exception" {
 			t.Errorf("a lost hold's span: end %q, status %v, events %v", v.AsString(), h.Status, h.Events)
+		}
+	})
+
+	t.Run("the Locker closed", func(t *testing.T) {
+		exp.Reset()
+		prometheus.Enable()
+		closing := NewLocker(FromGoRedis(c), WithTracerProvider(tp), WithPrefix(fmt.Sprintf("closing%d:", time.Now().UnixNano())))
+		before := metricValue(t, "redislock_hold_duration_seconds", "end", "closed")
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- closing.NewLock("trace:closed", WithShared()).Do(ctx, func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		<-started
+		must(t, closing.Close())
+		if err := <-done; !errors.Is(err, ErrLockerClosed) {
+			t.Fatalf("Do = %v, want ErrLockerClosed", err)
+		}
+		holds := spanNamed(exp, "redislock.hold")
+		if len(holds) != 1 {
+			t.Fatalf("%d hold spans", len(holds))
+		}
+		// A black-box review saw end "context" and an error status here.
+		if v, _ := attrOf(holds[0].Attributes, "redislock.end"); v.AsString() != "closed" || holds[0].Status.Code == codes.Error {
+			t.Errorf("a hold the Locker's Close ended: end %q, status %v", v.AsString(), holds[0].Status)
+		}
+		if got := metricValue(t, "redislock_hold_duration_seconds", "end", "closed") - before; got != 1 {
+			t.Errorf("holds ended by Close went up by %v, want 1", got)
 		}
 	})
 
