@@ -620,7 +620,7 @@ func BenchmarkScheduler(b *testing.B) {
 	const locks = 10000
 	const lease = 3 * time.Second
 	clk := newFakeClock()
-	l := newLocker(acquiredStore{}, clk, nil, false)
+	l := newLocker(acquiredStore{}, clk, nil, false, nil)
 	var renewed atomic.Int64
 	l.store.SetPipeline(func(ctx context.Context, fn func(redis.Pipeliner) error) error {
 		return fn(renewingPipe{renewed: &renewed})

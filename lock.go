@@ -188,7 +188,7 @@ type Locker struct {
 	clock    clock.Clock
 	renewals *renew.Scheduler[*hold] // its holds' renewals, lease deadlines and maximum holds
 	wake     *wake.Set               // its locks' wake-ups: one subscription per client
-	log      *slog.Logger            // WithLogger given to NewLocker; nil: its store's
+	log      *slog.Logger            // WithLogger's given to NewLocker, or logx's for go-zero's store; nil: slog.Default() at each line
 	life     lifetime
 }
 

@@ -17,9 +17,7 @@ func NewLocker(store Scripter, opts ...Option) *Locker {
 			opt(&o)
 		}
 	}
-	l := newLocker(store, o.clock, opts, false)
-	l.log = o.logger
-	return l
+	return newLocker(store, o.clock, opts, false, o.logger)
 }
 
 // NewLock returns a lock on key, within the Locker's prefix. opts override

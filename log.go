@@ -30,11 +30,8 @@ var logxLogger = slog.New(logxHandler{})
 
 // logger returns the logger of the Locker's own lines.
 func (l *Locker) logger() *slog.Logger {
-	switch {
-	case l.log != nil:
+	if l.log != nil {
 		return l.log
-	case store.IsGoZero(l.store.Scripter):
-		return logxLogger
 	}
 	return slog.Default()
 }

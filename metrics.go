@@ -64,7 +64,10 @@ type labels struct {
 }
 
 // labelSets holds the labels of each kind and prefix in use.
-var labelSets sync.Map // kind + "\x00" + prefix → *labels
+var labelSets struct {
+	sync.RWMutex
+	m map[[2]string]*labels // by kind and prefix: a lookup allocates nothing
+}
 
 // series returns the labels of rl's series (a RedisLock not made by
 // NewRedisLock has the defaults').
@@ -77,17 +80,28 @@ func (rl *RedisLock) series() *labels {
 
 // labelsOf returns the labels of a lock of kind and prefix.
 func labelsOf(kind, prefix string) *labels {
-	k := kind + "\x00" + prefix
-	if l, ok := labelSets.Load(k); ok {
-		return l.(*labels)
+	k := [2]string{kind, prefix}
+	labelSets.RLock()
+	l := labelSets.m[k]
+	labelSets.RUnlock()
+	if l != nil {
+		return l
 	}
-	l := &labels{of: map[string][]string{}, held: []string{kind, prefix}}
+	l = &labels{of: map[string][]string{}, held: []string{kind, prefix}}
 	for _, v := range []string{"acquired", "reentered", "busy", "lost", "error", "gave_up", "released", "max_hold", "closed", "context",
 		"key_gone", "lease_ran_out"} {
 		l.of[v] = []string{v, kind, prefix}
 	}
-	actual, _ := labelSets.LoadOrStore(k, l)
-	return actual.(*labels)
+	labelSets.Lock()
+	defer labelSets.Unlock()
+	if have := labelSets.m[k]; have != nil {
+		return have
+	}
+	if labelSets.m == nil {
+		labelSets.m = map[[2]string]*labels{}
+	}
+	labelSets.m[k] = l
+	return l
 }
 
 // endOf names how a hold that ended with cause ended: released, lost,

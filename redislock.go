@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"runtime"
 	"sync"
@@ -193,9 +194,13 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	return left, nil // -1: no expiry
 }
 
-func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool) *Locker {
-	l := &Locker{store: store.New(s), opts: opts, clock: c}
-	l.wake = wake.NewSet(c, l.logger)
+// newLocker returns a Locker of s on c whose locks have opts as defaults,
+// that logs to log (nil: its store's default).
+func newLocker(s Scripter, c clock.Clock, opts []Option, shared bool, log *slog.Logger) *Locker {
+	if log == nil && store.IsGoZero(s) {
+		log = logxLogger
+	}
+	l := &Locker{store: store.New(s), opts: opts, clock: c, log: log, wake: wake.NewSet(c, log)}
 	l.life.shared, l.life.finished = shared, make(chan struct{})
 	l.life.closing, l.life.shut = context.WithCancel(context.Background())
 	l.renewals = renew.New(c, l.store, leaseEnded, countRenewals, renewalFailed)
@@ -220,7 +225,7 @@ func defaultLocker(s Scripter, c clock.Clock) *Locker {
 		key = reflect.ValueOf(client) // a pointer, as a rule
 	}
 	if _, real := c.(clock.Real); !real || store.IsNil(s) || key.Kind() != reflect.Pointer {
-		return newLocker(s, c, nil, true)
+		return newLocker(s, c, nil, true, nil)
 	}
 	ptr := (*byte)(key.UnsafePointer())
 	wk := weak.Make(ptr)
@@ -230,7 +235,7 @@ func defaultLocker(s Scripter, c clock.Clock) *Locker {
 	if l := d.m[wk].Value(); l != nil {
 		return l
 	}
-	l := newLocker(s, c, nil, true)
+	l := newLocker(s, c, nil, true, nil)
 	if d.m == nil {
 		d.m = map[weak.Pointer[byte]]weak.Pointer[Locker]{}
 	}

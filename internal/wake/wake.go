@@ -28,7 +28,7 @@ import (
 // pub/sub for the locks that have none. Make it with NewSet.
 type Set struct {
 	clock   clock.Clock
-	log     func() *slog.Logger // its Locker's, at each line
+	log     *slog.Logger        // its Locker's; nil: slog.Default() at each line
 	wg      sync.WaitGroup      // readers and sweeps
 	quiet   atomic.Pointer[hub] // the hub without pub/sub, while open
 	refused atomic.Bool         // a refused subscription was logged
@@ -39,8 +39,9 @@ type Set struct {
 	closed bool         // no hub opens any more
 }
 
-// NewSet returns an empty Set on c that logs to log().
-func NewSet(c clock.Clock, log func() *slog.Logger) *Set {
+// NewSet returns an empty Set on c that logs to log (nil: slog.Default()
+// as it is at each line).
+func NewSet(c clock.Clock, log *slog.Logger) *Set {
 	return &Set{clock: c, log: log, hubs: map[any]*hub{}}
 }
 
@@ -50,7 +51,10 @@ func (s *Set) logf(level slog.Level, msg string, err error, attrs ...slog.Attr) 
 	if store.Closed(err) {
 		level = slog.LevelDebug
 	}
-	log, ctx := s.log(), context.Background()
+	log, ctx := s.log, context.Background()
+	if log == nil {
+		log = slog.Default()
+	}
 	if !log.Enabled(ctx, level) {
 		return
 	}

@@ -2,7 +2,6 @@ package wake
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 
 func TestLineWithoutPubSub(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s := NewSet(clock.Real{}, slog.Default)
+	s := NewSet(clock.Real{}, nil)
 	ctx := context.Background()
 	a := s.Join(ctx, "lock a", nil, "ch", "")
 	b := s.Join(ctx, "lock b", nil, "ch", "")
@@ -56,7 +55,7 @@ func TestReleasesAndHandoffsThroughPubSub(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	s := NewSet(clock.Real{}, slog.Default)
+	s := NewSet(clock.Real{}, nil)
 	ctx := context.Background()
 	plain := s.Join(ctx, "lock", c, "ch", "")
 	if !plain.Subscribed() {
