@@ -48,7 +48,9 @@ func ExampleNewRedisLock_goZero() {
 	mr := startRedis()
 	defer mr.Close()
 
-	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType})
+	// NonBlock, as go-zero's config defaults it: no ping at start, whose
+	// 1 s timeout a busy machine can miss, and MustNewRedis then exits.
+	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType, NonBlock: true})
 	lock := redislock.NewRedisLock(store, "invoice:42")
 	lock.SetExpire(10) // a 10.5s lease, renewed while held
 
