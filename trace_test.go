@@ -60,10 +60,16 @@ func TestTraceSpansOfWaitsAndHolds(t *testing.T) {
 		other := l.NewLock("trace:a")
 		mustAcquire(t, other)
 		rctx, request := tp.Tracer("test").Start(ctx, "request")
-		go func() {
-			time.Sleep(100 * time.Millisecond)
+		released := make(chan struct{})
+		go func() { // once the waiter listens for releases: its wake-up is then certain
+			defer close(released)
+			for admin.PubSubNumSub(ctx, relatedName("trace:a", "released")).Val()[relatedName("trace:a", "released")] == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
 			_, _ = other.Release()
 		}()
+		defer func() { <-released }()
 		var fnSpan trace.SpanContext
 		err := l.NewLock("trace:a", WithFencing()).Do(rctx, func(ctx context.Context) error {
 			_, work := tp.Tracer("test").Start(ctx, "work")
