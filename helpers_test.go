@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -97,14 +98,50 @@ func goZeroStore(tb testing.TB, addr string) *zredis.Redis {
 }
 
 // goZeroStoreOf returns go-zero's store of conf, failing tb when it cannot
-// connect.
+// connect. go-zero keeps one client per address string for the process, made
+// with the credentials of the first store of it; a store with credentials is
+// therefore given a spelling of its loopback address that no store with other
+// credentials used, so that a port a later server reuses cannot hand it (or a
+// store without credentials) a client logged in for another server.
 func goZeroStoreOf(tb testing.TB, conf zredis.RedisConf) *zredis.Redis {
 	tb.Helper()
+	if conf.User != "" || conf.Pass != "" {
+		conf.Host = goZeroHost(tb, conf.Host, conf.User+"\x00"+conf.Pass)
+	}
 	z, err := zredis.NewRedis(conf)
 	if err != nil {
 		tb.Fatalf("go-zero's store of %s: %v", conf.Host, err)
 	}
 	return z
+}
+
+// goZeroHosts records the credentials each address string of a go-zero
+// store with credentials was first used with.
+var goZeroHosts = struct {
+	sync.Mutex
+	creds map[string]string
+}{creds: map[string]string{}}
+
+// goZeroHost returns a spelling of addr, a 127.0.0.1 address, that go-zero
+// has not seen with credentials other than creds: never 127.0.0.1 itself,
+// which stores without credentials use.
+func goZeroHost(tb testing.TB, addr, creds string) string {
+	tb.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "127.0.0.1" {
+		tb.Fatalf("go-zero's store with credentials needs a 127.0.0.1 address, not %q", addr)
+	}
+	goZeroHosts.Lock()
+	defer goZeroHosts.Unlock()
+	for _, v6 := range []string{"::ffff:7f00:1", "0::ffff:7f00:1", "0:0::ffff:7f00:1", "0:0:0::ffff:7f00:1", "0:0:0:0::ffff:7f00:1"} {
+		spelling := net.JoinHostPort(v6, port) // each 127.0.0.1
+		if got, ok := goZeroHosts.creds[spelling]; !ok || got == creds {
+			goZeroHosts.creds[spelling] = creds
+			return spelling
+		}
+	}
+	tb.Fatalf("every spelling of %s was used by go-zero with other credentials", addr)
+	return ""
 }
 
 // withClock makes the lock use c as its time source.

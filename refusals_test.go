@@ -126,6 +126,31 @@ func aclUser(t *testing.T, srv *redisserver.Server, name string, rules ...string
 	return c, z
 }
 
+// TestGoZeroStoresKeepTheirOwnCredentials: go-zero keeps one client per
+// address string, so the tests' go-zero stores of one server (or of a port a
+// later server reuses) must not share a client logged in as someone else. A
+// CI run once failed with WRONGPASS on a miniredis whose port an ACL test's
+// server had used.
+func TestGoZeroStoresKeepTheirOwnCredentials(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	plain := goZeroStore(t, srv.Addr)
+	_, readOnly := aclUser(t, srv, "reader", "-set")
+	_, other := aclUser(t, srv, "other", "-get")
+	if err := plain.SetCtx(ctx, "k", "v"); err != nil {
+		t.Fatalf("the default user's SET: %v", err)
+	}
+	if err := readOnly.SetCtx(ctx, "k", "v"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a user without SET was let SET (a shared client?): %v", err)
+	}
+	if _, err := other.GetCtx(ctx, "k"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a user without GET was let GET (a shared client?): %v", err)
+	}
+	if got, err := readOnly.GetCtx(ctx, "k"); err != nil || got != "v" {
+		t.Fatalf("the reader's GET: %q, %v", got, err)
+	}
+}
+
 // refusedBy checks that err is a refusal naming command.
 func refusedBy(t *testing.T, what string, err error, command string) {
 	t.Helper()
