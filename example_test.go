@@ -50,7 +50,9 @@ func ExampleNewRedisLock_goZero() {
 
 	// NonBlock, as go-zero's config defaults it: no ping at start, whose
 	// 1 s timeout a busy machine can miss, and MustNewRedis then exits.
-	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType, NonBlock: true})
+	// DisableIdentity for servers that refuse CLIENT SETINFO (miniredis,
+	// Redis before 7.2), which go-zero's breaker counts as failures.
+	store := zredis.MustNewRedis(zredis.RedisConf{Host: mr.Addr(), Type: zredis.NodeType, NonBlock: true, DisableIdentity: true})
 	lock := redislock.NewRedisLock(store, "invoice:42")
 	lock.SetExpire(10) // a 10.5s lease, renewed while held
 

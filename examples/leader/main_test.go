@@ -76,7 +76,7 @@ func TestDemo(t *testing.T) {
 	mr.ClockTTL(true)
 	var out syncBuffer
 	demo(context.Background(), config{key: "report-job", every: 20 * time.Millisecond, lease: time.Second, runs: 3},
-		redis.MustNewRedis(redis.RedisConf{Host: mr.Addr(), Type: redis.NodeType, NonBlock: true}), &out)
+		redis.MustNewRedis(redis.RedisConf{Host: mr.Addr(), Type: redis.NodeType, NonBlock: true, DisableIdentity: true}), &out)
 	led := checkTerms(t, out.String())
 	if len(led) != 3 || strings.Count(out.String(), "job run") != 9 || !strings.Contains(out.String(), "every replica led") {
 		t.Fatalf("want a, b and c to lead in turn for 3 runs each; led %v:\n%s", led, out.String())
