@@ -40,7 +40,7 @@ func (rl *RedisLock) acquire(ctx, holding context.Context, lease time.Duration, 
 }
 
 // plainMode is the mode of a lock.
-var plainMode = &mode{take: (*RedisLock).attemptPlain, release: store.Release, renew: store.Extend}
+var plainMode = &mode{take: (*RedisLock).attemptPlain, release: store.Release}
 
 // attemptPlain runs acquire.lua for id. A wait's attempt keeps new shares
 // of a shared lock out for a second (or its lease, if shorter), and the
@@ -155,7 +155,7 @@ func (rl *RedisLock) reenterCounting(ctx, holding context.Context) (counting, ok
 // extend verifies that id owns the key and refreshes its lease. It reports
 // false, nil when the key does not hold id: a definite loss.
 func (rl *RedisLock) extend(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	c := &store.Call{Script: rl.waited(store.Extend, lease), Keys: rl.names.acquire[:1], Args: []any{id, lease.Milliseconds()}}
+	c := &store.Call{Script: rl.waited(rl.renewal(), lease), Keys: rl.names.renew, Args: []any{id, lease.Milliseconds()}}
 	c.Reply, c.Err = rl.locker.store.Run(ctx, c.Script, c.Keys, c.Args...)
 	codes, err := store.RenewalCodes(c, 1)
 	if err != nil {

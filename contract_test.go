@@ -1019,7 +1019,7 @@ func TestFirstAcquisitionWithALateReplyHoldsNothing(t *testing.T) {
 func TestRelatedNamesAreReserved(t *testing.T) {
 	_, c := newMini(t)
 	for _, key := range []string{"k", "{k}", "a}b", "{x}y", "{{k}}"} {
-		for _, kind := range []string{"release:" + newID(), "fence", "abandoned", "queue", "waiters", "broken", "releases"} {
+		for _, kind := range []string{"release:" + newID(), "fence", "abandoned", "queue", "waiters", "broken", "releases", "leader", "holders"} {
 			name := relatedName(key, kind)
 			if _, err := NewRedisLock(FromGoRedis(c), name).Acquire(); !errors.Is(err, ErrReservedKey) {
 				t.Errorf("Acquire on %q (%s of %q) = %v, want ErrReservedKey", name, kind, key, err)

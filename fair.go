@@ -30,16 +30,16 @@ func WithFairness() Option {
 
 // fairMode is the mode of a fair lock, which is taken only when no live
 // waiter is queued, and handed over by its release.
-var fairMode = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease, renew: store.Extend}
+var fairMode = &mode{take: (*RedisLock).attemptNow, release: store.FairRelease}
 
 // fair reports whether rl is a fair lock.
 func (rl *RedisLock) fair() bool { return rl.line != nil }
 
 // fairKeys returns the keys of fair_acquire.lua.
 func (rl *RedisLock) fairKeys() []string {
-	keys := []string{rl.key, rl.names.acquire[1], rl.names.queue, rl.names.waiters}
+	keys := []string{rl.key, rl.names.acquire[1], rl.names.queue, rl.names.waiters, rl.names.holders}
 	if rl.fenced() {
-		keys = append(keys, rl.names.acquire[2])
+		keys = append(keys, rl.names.acquire[3])
 	}
 	return keys
 }

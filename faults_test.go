@@ -367,11 +367,13 @@ func TestFaultRestart(t *testing.T) {
 				mustAcquire(t, rl)
 				srv.Restart(t)
 				runs++
-				// Two renewals that got through, or the end of the hold.
-				before := s.count(extendScript)
-				for !isClosed(rl.Done()) && s.count(extendScript) < before+3 {
-					time.Sleep(20 * time.Millisecond)
-				}
+				// Two renewals that got through, or the end of the hold
+				// (a holder's renewals are extend_holders.lua's).
+				renewals := func() int { return s.count(extendScript) + s.count(extendHolders) }
+				before := renewals()
+				waitFor(t, 30*time.Second, "renewals after the restart", func() bool {
+					return isClosed(rl.Done()) || renewals() >= before+3
+				})
 				if tc.survive {
 					for !isClosed(rl.Done()) && rl.Until().Before(time.Now().Add(time.Second)) {
 						time.Sleep(20 * time.Millisecond) // until a renewal after the restart succeeded
@@ -385,7 +387,7 @@ func TestFaultRestart(t *testing.T) {
 				held := !isClosed(rl.Done())
 				switch {
 				case tc.survive && (!held || admin.Get(context.Background(), "restarted").Val() != holderID(rl) &&
-					admin.ZScore(context.Background(), "restarted", holderID(rl)).Err() != nil):
+					admin.ZScore(context.Background(), relatedName("restarted", "holders"), holderID(rl)).Err() != nil):
 					violations++
 					t.Logf("run %d: lost across a restart with fsync always: %v", i, rl.Err())
 				case !tc.survive && (held || !errors.Is(rl.Err(), ErrLockLost)):

@@ -68,6 +68,7 @@ func waitGiveBacks(rls ...*RedisLock) {
 var (
 	acquireScript     = store.Acquire.Script
 	extendScript      = store.Extend.Script
+	extendHolders     = store.ExtendHolders.Script
 	releaseScript     = store.Release.Script
 	fairAcquireScript = store.FairAcquire.Script
 	fairReleaseScript = store.FairRelease.Script
@@ -330,7 +331,7 @@ func newStuckRenewal(c *redis.Client) *stuckRenewal {
 }
 
 func (s *stuckRenewal) ScriptRunCtx(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	if script == extendScript && s.renewals.Add(1) == 1 {
+	if (script == extendScript || script == extendHolders) && s.renewals.Add(1) == 1 {
 		close(s.entered)
 		<-s.unblock
 		ctx = context.WithoutCancel(ctx)

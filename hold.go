@@ -30,7 +30,7 @@ func (rl *RedisLock) beginHold(holding context.Context, id string, lease time.Du
 		state: renewing, count: 1}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	if h.renewal = l.renewals.Add(h, holding, rl.waited(rl.mode.renew, lease), rl.key, id, lease, until, rl.opts.maxHold, rl.opts.watchdog); h.renewal == nil {
+	if h.renewal = l.renewals.Add(h, holding, rl.waited(rl.renewal(), lease), rl.names.renew, id, lease, until, rl.opts.maxHold, rl.opts.watchdog); h.renewal == nil {
 		return ErrLockerClosed
 	}
 	rl.cur = h

@@ -59,8 +59,10 @@ type RedisLock struct {
 
 // names are the Redis names a lock uses beside its key.
 type names struct {
-	acquire []string // key, abandoned attempts[, fencing counter]
-	release []string // key, record of recent releases[, queue, waiters, fencing counter]
+	acquire []string // key, abandoned attempts, holders[, fencing counter]
+	release []string // key, record of recent releases[, queue, waiters, fencing counter], holders
+	renew   []string // key; and holders, of a semaphore or a shared lock
+	holders string   // a semaphore's or a shared lock's sorted set of holders
 	channel string   // where releases are published
 	queue   string   // a fair lock's queue of waiters
 	waiters string   // a fair lock's hash of its waiters' liveness
@@ -102,7 +104,7 @@ func (rl *RedisLock) lockerClosed() bool {
 }
 
 // fenced reports whether rl mints fencing tokens.
-func (rl *RedisLock) fenced() bool { return len(rl.names.acquire) > 2 }
+func (rl *RedisLock) fenced() bool { return len(rl.names.acquire) > 3 }
 
 // waited returns script followed by WAIT for the replicas of WithReplicas,
 // for a hold with a lease of lease.
@@ -117,7 +119,6 @@ func (rl *RedisLock) waited(script *store.Script, lease time.Duration) *store.Sc
 type mode struct {
 	take    func(rl *RedisLock, ctx context.Context, id string, lease time.Duration, waiting bool) (token int64, pttl time.Duration, err error)
 	release *store.Script
-	renew   *store.Script
 }
 
 // fairLine is what the fair waits of one RedisLock share: one waits at a

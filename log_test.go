@@ -148,7 +148,7 @@ func TestLogRecordsOfEachEvent(t *testing.T) {
 		rl := NewRedisLock(s, "log:renewal", WithExpiry(300*time.Millisecond), WithShared(), WithLogger(log))
 		mustAcquire(t, rl)
 		s.setFail(func(script *redis.Script) error {
-			if script == extendScript {
+			if script == extendHolders { // a share's renewals
 				return failing
 			}
 			return nil

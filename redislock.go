@@ -35,21 +35,26 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	}
 	name := key
 	key = o.prefix + key
-	abandoned := relatedName(key, "abandoned")
-	acquireKeys := []string{key, abandoned}
+	holders := relatedName(key, "holders")
+	acquireKeys := []string{key, relatedName(key, "abandoned"), holders}
 	if o.fencing {
 		acquireKeys = append(acquireKeys, relatedName(key, "fence"))
 	}
 	rl := &RedisLock{key: key, opts: o, mode: plainMode, op: make(chan struct{}, 1), names: names{
 		acquire: acquireKeys,
-		release: []string{key, relatedName(key, "releases")},
+		release: []string{key, relatedName(key, "releases"), holders},
+		renew:   []string{key},
 		channel: relatedName(key, "released"),
+		holders: holders,
 	}}
 	rl.labels = labelsOf(rl.kind(), o.prefix)
+	if o.permits > 0 || o.shared {
+		rl.names.renew = []string{key, holders}
+	}
 	if o.fair {
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
-		rl.names.release = append(rl.names.release, rl.names.queue, rl.names.waiters, relatedName(key, "fence"))
+		rl.names.release = []string{key, relatedName(key, "releases"), rl.names.queue, rl.names.waiters, relatedName(key, "fence"), holders}
 		rl.line, rl.mode = &fairLine{turn: make(chan struct{}, 1)}, fairMode
 	}
 	if o.permits > 0 || o.shared {
@@ -177,7 +182,7 @@ func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if h == nil {
 		return 0, ErrNotHeld
 	}
-	reply, err := rl.locker.store.Run(ctx, store.TTL, rl.names.acquire[:1], h.id)
+	reply, err := rl.locker.store.Run(ctx, store.TTL, []string{rl.key, rl.names.holders}, h.id)
 	if err != nil {
 		return 0, opErr("ttl", rl.key, err)
 	}

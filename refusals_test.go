@@ -374,41 +374,41 @@ type scriptCase struct {
 
 func scriptCases() []scriptCase {
 	k, ab, fence, queue, waiters := "s", relatedName("s", "abandoned"), relatedName("s", "fence"), relatedName("s", "queue"), relatedName("s", "waiters")
-	marker, broken, leader := relatedName("s", "releases"), relatedName("s", "broken"), relatedName("s", "leader")
+	marker, broken, leader, hs := relatedName("s", "releases"), relatedName("s", "broken"), relatedName("s", "leader"), relatedName("s", "holders")
 	return []scriptCase{
-		{"acquire, free", store.Acquire, nil, []string{k, ab}, []any{"me", 10000},
+		{"acquire, free", store.Acquire, nil, []string{k, ab, hs}, []any{"me", 10000},
 			[]string{"SET", "SISMEMBER"}, nil, true, false},
-		{"acquire, free, fenced", store.Acquire, nil, []string{k, ab, fence}, []any{"me", 10000},
+		{"acquire, free, fenced", store.Acquire, nil, []string{k, ab, hs, fence}, []any{"me", 10000},
 			[]string{"SET", "SISMEMBER", "TIME", "GET"}, nil, true, false},
-		{"acquire, held", store.Acquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000},
+		{"acquire, held", store.Acquire, map[string]string{k: "other"}, []string{k, ab, hs}, []any{"me", 10000},
 			[]string{"SET", "PTTL"}, nil, true, false},
-		{"acquire, retried", store.Acquire, map[string]string{k: "me"}, []string{k, ab, fence}, []any{"me", 10000},
+		{"acquire, retried", store.Acquire, map[string]string{k: "me"}, []string{k, ab, hs, fence}, []any{"me", 10000},
 			[]string{"SET", "PEXPIRE", "GET"}, nil, true, false},
 		{"extend, own", store.Extend, map[string]string{k: "me"}, []string{k}, []any{"me", 10000},
 			[]string{"GET", "PEXPIRE"}, nil, true, false},
 		{"extend, another's", store.Extend, map[string]string{k: "other"}, []string{k}, []any{"me", 10000},
 			[]string{"GET"}, nil, false, false},
-		{"release, own", store.Release, map[string]string{k: "me"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, own", store.Release, map[string]string{k: "me"}, []string{k, marker, hs}, []any{"me", "ch"},
 			[]string{"GET", "DEL", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
-		{"release, another's", store.Release, map[string]string{k: "other"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, another's", store.Release, map[string]string{k: "other"}, []string{k, marker, hs}, []any{"me", "ch"},
 			[]string{"GET"}, nil, false, false},
-		{"release, given up", store.Release, map[string]string{k: "other"}, []string{k, marker, ab}, []any{"me", "ch", 60000},
+		{"release, given up", store.Release, map[string]string{k: "other"}, []string{k, marker, hs, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "GET"}, nil, true, false},
-		{"fair acquire, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
+		{"fair acquire, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "PTTL", "ZRANGE", "ZADD", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE"}, nil, true, false},
-		{"fair acquire, free", store.FairAcquire, nil, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000},
+		{"fair acquire, free", store.FairAcquire, nil, []string{k, ab, queue, waiters, hs, fence}, []any{"me", 10000, 10000},
 			[]string{"SISMEMBER", "TIME", "GET", "ZRANGE", "SET", "ZADD", "ZREM", "HSET", "HDEL", "PEXPIRE"}, nil, true, true},
-		{"fair release, handoff", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, handoff", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "SET", "DEL", "ZADD", "ZSCORE", "PEXPIRE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, alone", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "TIME", "ZRANGE", "DEL", "SET", "ZADD", "ZREM", "ZSCORE", "HDEL", "PEXPIRE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, true},
-		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, ab}, []any{"me", "ch", 60000},
+		{"fair release, given up", store.FairRelease, map[string]string{k: "other"}, []string{k, marker, queue, waiters, fence, hs, ab}, []any{"me", "ch", 60000},
 			[]string{"SADD", "PTTL", "PEXPIRE", "ZREM", "HDEL", "GET", "TIME", "SET", "DEL", "ZADD", "ZSCORE", "HGET"}, []string{"HGET"}, true, false},
-		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k}, []any{"me"},
+		{"ttl", store.TTL, map[string]string{k: "me"}, []string{k, hs}, []any{"me"},
 			[]string{"GET", "PTTL"}, nil, false, false},
-		{"inspect", store.Inspect, map[string]string{k: "other"}, []string{k, fence, queue, waiters}, nil,
+		{"inspect", store.Inspect, map[string]string{k: "other"}, []string{k, fence, queue, waiters, hs}, nil,
 			[]string{"TYPE", "GET", "TIME", "ZRANGE", "HGET", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
-		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken}, []any{"", "ch", 60000, "call"},
+		{"break", store.Break, map[string]string{k: "other"}, []string{k, broken, hs}, []any{"", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "DEL", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 		// Elections.
 		{"proclaim, leading", store.Proclaim, map[string]string{k: "me", leader: "me\n7\n1\nv"}, []string{k, leader}, []any{"me", "w", "ch", 7, 2},
@@ -418,52 +418,52 @@ func scriptCases() []scriptCase {
 		{"leader", store.Leader, map[string]string{k: "other", leader: "other\n7\n1\nv"}, []string{k, leader}, nil,
 			[]string{"GET", "PTTL"}, nil, false, false},
 		// Semaphores and shared locks: "zset <mark> <score> <holder>..." (see setup).
-		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab}, []any{"me", 10000, 2},
-			[]string{"ZSCORE", "GET", "TIME", "ZADD", "PEXPIRE", "PTTL", "SISMEMBER"}, nil, true, false},
-		{"permit acquire, full", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab}, []any{"me", 10000, 1},
+		{"permit acquire, free", store.PermitAcquire, nil, []string{k, ab, hs}, []any{"me", 10000, 2},
+			[]string{"GET", "TIME", "ZADD", "PEXPIRE", "PTTL", "SISMEMBER", "DEL", "SET"}, nil, true, false},
+		{"permit acquire, full", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, hs}, []any{"me", 10000, 1},
 			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCOUNT", "ZRANGEBYSCORE", "ZREM"}, nil, false, false},
-		{"permit acquire, free, fenced", store.PermitAcquire, nil, []string{k, ab, fence}, []any{"me", 10000, 2},
-			[]string{"ZSCORE", "GET", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "SET"}, nil, true, false},
+		{"permit acquire, free, fenced", store.PermitAcquire, nil, []string{k, ab, hs, fence}, []any{"me", 10000, 2},
+			[]string{"GET", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL"}, nil, true, false},
 		// Found by the black-box review: a refused attempt dropped the lapsed holder.
-		{"permit acquire, full of a lapsed holder", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 -lapsed"}, []string{k, ab}, []any{"me", 10000, 1},
+		{"permit acquire, full of a lapsed holder", store.PermitAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 -lapsed"}, []string{k, ab, hs}, []any{"me", 10000, 1},
 			[]string{"ZSCORE", "TIME", "SISMEMBER", "ZADD", "PEXPIRE", "PTTL", "ZCOUNT", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
-		{"fair acquire, a permit, join", store.FairAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 1},
+		{"fair acquire, a permit, join", store.FairAcquire, map[string]string{k: "zset " + store.PermitsMark + " -1 other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000, 1},
 			[]string{"SISMEMBER", "TIME", "GET", "ZSCORE", "ZCOUNT", "ZADD", "PTTL", "ZREM", "HSET", "HDEL", "SET", "PEXPIRE", "ZRANGEBYSCORE", "ZRANGE"}, nil, true, false},
-		{"fair release, a permit, handoff", store.FairRelease, map[string]string{k: "zset " + store.PermitsMark + " -1 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, a permit, handoff", store.FairRelease, map[string]string{k: "zset " + store.PermitsMark + " -1 me"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "ZSCORE", "TIME", "ZRANGE", "HGET", "ZREM", "HDEL", "ZADD", "PEXPIRE", "PTTL", "SET", "DEL", "ZCOUNT", "ZRANGEBYSCORE", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab}, []any{"me", 10000, 0},
-			[]string{"ZSCORE", "GET", "PTTL"}, nil, false, false},
-		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab}, []any{"me", 10000, 20000},
-			[]string{"SET", "GET", "ZSCORE", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
-		{"acquire, shared, left", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0"}, []string{k, ab}, []any{"me", 10000},
-			[]string{"SET", "GET", "ZSCORE", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
-		{"extend, a permit", store.Extend, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me", 10000},
+		{"shared acquire, held by a lock", store.PermitAcquire, map[string]string{k: "other"}, []string{k, ab, hs}, []any{"me", 10000, 0},
+			[]string{"GET", "PTTL"}, nil, false, false},
+		{"acquire, shared, waiting", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, hs}, []any{"me", 10000, 20000},
+			[]string{"SET", "GET", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
+		{"acquire, shared, left", store.Acquire, map[string]string{k: "zset " + store.SharedMark + " 0"}, []string{k, ab, hs}, []any{"me", 10000},
+			[]string{"SET", "GET", "ZCOUNT", "DEL", "ZADD", "PTTL", "SISMEMBER", "TIME", "ZRANGEBYSCORE", "ZREM"}, nil, true, false},
+		{"extend, a permit", store.ExtendHolders, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k, hs}, []any{"me", 10000},
 			[]string{"GET", "ZSCORE", "TIME", "PEXPIRE", "PTTL", "ZADD"}, nil, true, false},
-		{"release, a permit", store.Release, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, a permit", store.Release, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, marker, hs}, []any{"me", "ch"},
 			[]string{"GET", "ZSCORE", "ZCOUNT", "ZREM", "SETRANGE", "PEXPIRE", "PUBLISH"}, []string{"SETRANGE", "PEXPIRE", "PUBLISH"}, true, false},
-		{"release, the last share", store.Release, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker}, []any{"me", "ch"},
+		{"release, the last share", store.Release, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker, hs}, []any{"me", "ch"},
 			[]string{"GET", "ZSCORE", "ZCOUNT", "TIME", "PEXPIRE", "DEL", "ZREM", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"ttl, a permit", store.TTL, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k}, []any{"me"},
+		{"ttl, a permit", store.TTL, map[string]string{k: "zset " + store.PermitsMark + " -2 me"}, []string{k, hs}, []any{"me"},
 			[]string{"GET", "ZSCORE", "TIME"}, nil, false, false},
-		{"inspect, a semaphore", store.Inspect, map[string]string{k: "zset " + store.PermitsMark + " -2 other"}, []string{k, fence, queue, waiters}, nil,
+		{"inspect, a semaphore", store.Inspect, map[string]string{k: "zset " + store.PermitsMark + " -2 other"}, []string{k, fence, queue, waiters, hs}, nil,
 			[]string{"TYPE", "TIME", "ZRANGE", "PTTL", "PEXPIRETIME"}, []string{"PEXPIRETIME"}, false, false},
-		{"fair acquire, a share, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 0},
-			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
-		{"fair acquire, a share, free", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters, fence}, []any{"me", 10000, 10000, 0},
+		{"fair acquire, a share, join", store.FairAcquire, map[string]string{k: "other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000, 0},
+			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
+		{"fair acquire, a share, free", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters, hs, fence}, []any{"me", 10000, 10000, 0},
 			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANK", "HSET", "HDEL", "SISMEMBER"}, nil, true, true},
-		{"fair acquire, a share, behind a writer", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000, 0},
+		{"fair acquire, a share, behind a writer", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000, 0},
 			[]string{"GET", "SET", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANK", "HGET", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
-		{"fair acquire, exclusive, shares hold", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
-			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
-		{"fair acquire, exclusive, shares lapsed", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 -other"}, []string{k, ab, queue, waiters}, []any{"me", 10000, 10000},
-			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, true},
-		{"fair release, the last share, handoff", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair acquire, exclusive, shares hold", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000},
+			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HSET", "HDEL", "SISMEMBER"}, nil, true, false},
+		{"fair acquire, exclusive, shares lapsed", store.FairAcquire, map[string]string{k: "zset " + store.SharedMark + " 0 -other"}, []string{k, ab, queue, waiters, hs}, []any{"me", 10000, 10000},
+			[]string{"GET", "SET", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZCOUNT", "ZRANGE", "HSET", "HDEL", "SISMEMBER"}, nil, true, true},
+		{"fair release, the last share, handoff", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "SET", "DEL", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"fair release, a share, others hold", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me other"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, a share, others hold", store.FairRelease, map[string]string{k: "zset " + store.SharedMark + " 0 me other"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "SET", "DEL", "TIME", "PTTL", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"fair release, handoff to a share waiter", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence}, []any{"me", "ch"},
+		{"fair release, handoff to a share waiter", store.FairRelease, map[string]string{k: "me"}, []string{k, marker, queue, waiters, fence, hs}, []any{"me", "ch"},
 			[]string{"GET", "SET", "DEL", "TIME", "PEXPIRE", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "HGET", "HDEL", "SETRANGE", "PUBLISH"}, []string{"SETRANGE", "PUBLISH"}, true, false},
-		{"break, a holder", store.Break, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, broken}, []any{"other", "ch", 60000, "call"},
+		{"break, a holder", store.Break, map[string]string{k: "zset " + store.PermitsMark + " -2 other me"}, []string{k, broken, hs}, []any{"other", "ch", 60000, "call"},
 			[]string{"HGET", "GET", "PTTL", "ZSCORE", "ZCOUNT", "ZREM", "HSET", "PEXPIRE", "PUBLISH"}, []string{"HSET", "PEXPIRE", "PUBLISH"}, true, false},
 	}
 }
@@ -503,16 +503,19 @@ func TestEveryScriptUnderEveryRefusal(t *testing.T) {
 				must(t, admin.Set(ctx, key, v, time.Minute).Err())
 				continue
 			}
+			// The key names its kind; its holders are a related key (holders.lua).
+			must(t, admin.Set(ctx, key, f[1], time.Minute).Err())
+			holders := relatedName(key, "holders")
 			score, _ := strconv.ParseFloat(f[2], 64)
-			must(t, admin.ZAdd(ctx, key, redis.Z{Score: score, Member: f[1]}).Err())
+			must(t, admin.ZAdd(ctx, holders, redis.Z{Score: score, Member: f[1]}).Err())
 			for _, holder := range f[3:] {
 				end := time.Now().Add(time.Minute)
 				if lapsed, ok := strings.CutPrefix(holder, "-"); ok { // a holder whose lease ended
 					holder, end = lapsed, time.Now().Add(-time.Second)
 				}
-				must(t, admin.ZAdd(ctx, key, redis.Z{Score: float64(end.UnixMilli()), Member: holder}).Err())
+				must(t, admin.ZAdd(ctx, holders, redis.Z{Score: float64(end.UnixMilli()), Member: holder}).Err())
 			}
-			must(t, admin.PExpire(ctx, key, time.Minute).Err())
+			must(t, admin.PExpire(ctx, holders, time.Minute).Err())
 		}
 		if c.alone {
 			return

@@ -44,10 +44,11 @@ func startReplicated(t *testing.T) *replicated {
 // value, or one of its holders.
 func (rs *replicated) holds(key, owner string) bool {
 	ctx := context.Background()
-	if v, err := rs.rc.Get(ctx, key).Result(); err == nil {
-		return v == owner
+	v, err := rs.rc.Get(ctx, key).Result()
+	if err != nil || v != store.PermitsMark && v != store.SharedMark {
+		return err == nil && v == owner
 	}
-	return rs.rc.ZScore(ctx, key, owner).Err() == nil
+	return rs.rc.ZScore(ctx, relatedName(key, "holders"), owner).Err() == nil // a semaphore's or a shared lock's
 }
 
 // replicaKinds are the kinds of lock WithReplicas covers.

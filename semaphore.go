@@ -9,11 +9,13 @@ import (
 	"github.com/redislock/redislock/internal/store"
 )
 
-// Semaphores and shared locks: the key is a sorted set of its holders,
-// each with the end of its own lease by the server's clock, and a mark of
-// its kind (internal/store/holders.lua). A holder is a hold like a lock's:
-// the same renewals, re-entries, releases and losses, through the same
-// scripts, which tell the kinds apart by the key's type.
+// Semaphores and shared locks: the key is a string naming its kind, which
+// every other lock sees held, and its holders are a sorted set in a related
+// key, each with the end of its own lease by the server's clock
+// (internal/store/holders.lua). A holder is a hold like a lock's: the same
+// renewals, re-entries, releases and losses, through the same scripts
+// (renewals through their own), which tell the kinds apart by the key's
+// value.
 
 // ErrWrongKind reports that a key is used as another kind of lock than the
 // call's: a semaphore and a lock, a semaphore and a shared lock,
@@ -59,7 +61,15 @@ func WithShared() Option {
 }
 
 // permitMode is the mode of semaphores and shared locks.
-var permitMode = &mode{take: (*RedisLock).attemptPermit, release: store.Release, renew: store.Extend}
+var permitMode = &mode{take: (*RedisLock).attemptPermit, release: store.Release}
+
+// renewal returns the script that renews rl's holds, of its names.renew.
+func (rl *RedisLock) renewal() *store.Script {
+	if len(rl.names.renew) > 1 {
+		return store.ExtendHolders
+	}
+	return store.Extend
+}
 
 // attemptPermit runs permit_acquire.lua for id.
 func (rl *RedisLock) attemptPermit(ctx context.Context, id string, lease time.Duration, _ bool) (int64, time.Duration, error) {

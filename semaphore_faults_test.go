@@ -27,7 +27,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 	stores := retryingStores(t, px)
 	fc := &faultCount{t: t}
 	holds := func(key string, rl *RedisLock) bool {
-		_, err := admin.ZScore(ctx, key, rl.Owner()).Result()
+		_, err := admin.ZScore(ctx, relatedName(key, "holders"), rl.Owner()).Result()
 		return err == nil
 	}
 	for name, newStore := range stores {
@@ -54,7 +54,7 @@ func TestFaultPermitReplyLost(t *testing.T) {
 			if !holds(key, rl) {
 				fc.violate("%s: not a holder after its acquisition", key)
 			}
-			if token, err := admin.ZScore(ctx, key, "#"+rl.Owner()).Result(); rl.Token() != 0 && (err != nil || int64(token) != rl.Token()) {
+			if token, err := admin.ZScore(ctx, relatedName(key, "holders"), "#"+rl.Owner()).Result(); rl.Token() != 0 && (err != nil || int64(token) != rl.Token()) {
 				fc.violate("%s: token %d, kept %v (%v)", key, rl.Token(), token, err)
 			}
 			fc.replyDropped(px, key+" re-entry", func() {
@@ -343,11 +343,11 @@ func TestFaultFairSharedReplyLost(t *testing.T) {
 				fc.violate("%s: a waiter for a share: %v", key, err)
 			}
 		}
-		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 2 || s1.Token() <= x.Token() || s2.Token() <= x.Token() || s1.Token() == s2.Token() {
+		if n := admin.ZCount(ctx, relatedName(key, "holders"), "(0", "(1e14").Val(); n != 2 || s1.Token() <= x.Token() || s2.Token() <= x.Token() || s1.Token() == s2.Token() {
 			fc.violate("%s: %d shares after the handoff, tokens %d and %d after %d", key, n, s1.Token(), s2.Token(), x.Token())
 		}
 		released(key, s1)
-		if n := admin.ZCount(ctx, key, "(0", "(1e14").Val(); n != 1 || isClosed(s2.Done()) {
+		if n := admin.ZCount(ctx, relatedName(key, "holders"), "(0", "(1e14").Val(); n != 1 || isClosed(s2.Done()) {
 			fc.violate("%s: %d shares after one of two was released; the other's Err: %v", key, n, s2.Err())
 		}
 		go func() { got <- x2.AcquireWait(ctx) }()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,9 +211,9 @@ func TestSharedAndGoZero(t *testing.T) {
 		t.Fatalf("exclusive through go-zero under a share: %v, %v", ok, err)
 	}
 	zl := zredis.NewRedisLock(z, "cfg")
-	// go-zero's script GETs the key first: a share's sorted set makes it
-	// fail with WRONGTYPE, and it takes nothing.
-	if ok, err := zl.Acquire(); ok || err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+	// go-zero's script GETs the key first: a share's key names its kind,
+	// another owner's value, and go-zero's lock sees it held (issue 36).
+	if ok, err := zl.Acquire(); ok || err != nil {
 		t.Fatalf("go-zero's RedisLock under a share: %v, %v", ok, err)
 	}
 	mustRelease(t, ours)
@@ -237,6 +236,130 @@ func TestSharedAndGoZero(t *testing.T) {
 		t.Fatalf("a second permit of 1 through go-zero: %v, %v", ok, err)
 	}
 	mustRelease(t, viaZero)
+}
+
+// TestHoldersKeyLayout (issue 36): a semaphore's or a shared lock's key is
+// a string that names its kind, its holders a sorted set in a related key;
+// both live as long as the longest lease, are renewed together, and go with
+// the last holder. The key decides: holders whose key an outsider deleted
+// are lost, and are not counted by the holders after them.
+func TestHoldersKeyLayout(t *testing.T) {
+	onServers(t, func(t *testing.T, c, admin *redis.Client) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			key, kind string
+			opts      []Option
+		}{{"pool", "redislock:permits", []Option{WithPermits(2)}}, {"rw", "redislock:shared", []Option{WithShared()}}} {
+			holders := relatedName(tc.key, "holders")
+			opts := append([]Option{WithExpiry(2 * time.Second)}, tc.opts...)
+			a, b := NewRedisLock(FromGoRedis(c), tc.key, opts...), NewRedisLock(FromGoRedis(c), tc.key, opts...)
+			mustAcquire(t, a)
+			mustAcquire(t, b)
+			if v := admin.Get(ctx, tc.key).Val(); v != tc.kind {
+				t.Fatalf("%s holds %q, want %q", tc.key, v, tc.kind)
+			}
+			if n := admin.ZCount(ctx, holders, "(0", "(1e14").Val(); n != 2 {
+				t.Fatalf("%s has %d holders, want 2", holders, n)
+			}
+			must(t, admin.PExpire(ctx, tc.key, 100*time.Millisecond).Err()) // shortened: a renewal makes both live a lease again
+			must(t, admin.PExpire(ctx, holders, 100*time.Millisecond).Err())
+			if ok, err := a.AcquireCtx(ctx); !ok || err != nil { // a re-entry renews
+				t.Fatalf("re-entry: %v, %v", ok, err)
+			}
+			for _, k := range []string{tc.key, holders} {
+				if ttl := admin.PTTL(ctx, k).Val(); ttl < time.Second {
+					t.Fatalf("%s lives %v after a renewal of a 2 s lease", k, ttl)
+				}
+			}
+			mustRelease(t, a)
+			mustRelease(t, a)
+			mustRelease(t, b)
+			if n := admin.Exists(ctx, tc.key, holders).Val(); n != 0 {
+				t.Fatalf("%d of %s and %s left after the last release", n, tc.key, holders)
+			}
+
+			// An outsider deletes the key under two holders: a newcomer
+			// starts a new set, and the two are lost at their next renewal.
+			mustAcquire(t, a)
+			mustAcquire(t, b)
+			must(t, admin.Del(ctx, tc.key).Err())
+			d, e := NewRedisLock(FromGoRedis(c), tc.key, opts...), NewRedisLock(FromGoRedis(c), tc.key, opts...)
+			mustAcquire(t, d)
+			mustAcquire(t, e) // of 2 permits: a and b no longer count
+			if n := admin.ZCount(ctx, holders, "(0", "(1e14").Val(); n != 2 {
+				t.Fatalf("%s has %d holders after the outsider's DEL, want d and e", holders, n)
+			}
+			for _, lost := range []*RedisLock{a, b} {
+				select {
+				case <-lost.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatalf("a holder of %s whose key was deleted still holds", tc.key)
+				}
+				if !errors.Is(lost.Err(), ErrLockLost) {
+					t.Fatalf("Err = %v, want ErrLockLost", lost.Err())
+				}
+			}
+			if d.Holds() != 1 || e.Holds() != 1 {
+				t.Fatalf("the holders after the DEL lost theirs: %v, %v", d.Err(), e.Err())
+			}
+			releaseAll(d, e)
+			if n := admin.Exists(ctx, tc.key, holders).Val(); n != 0 {
+				t.Fatalf("%d of %s and %s left after the last release", n, tc.key, holders)
+			}
+		}
+	})
+}
+
+// TestGoZeroBreakerStaysClosedOnOurKeys (issue 36): go-zero's RedisLock on
+// a key that our semaphore's or shared lock's holders hold finds it held,
+// false and no error, however many times it tries, so go-zero's breaker
+// counts no failure and the store's other calls go on; the holders keep
+// their holds. Before, the key was a sorted set, go-zero's GET failed with
+// WRONGTYPE, and a stream of such attempts opened the breaker.
+func TestGoZeroBreakerStaysClosedOnOurKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	z := goZeroStore(t, srv.Addr)
+	var holders []*RedisLock
+	for key, opts := range map[string][]Option{"exports": {WithPermits(2)}, "catalogue": {WithShared()},
+		"fair-exports": {WithPermits(1), WithFairness(), WithFencing()}, "fair-catalogue": {WithShared(), WithFairness()}} {
+		rl := NewRedisLock(FromGoRedis(c), key, opts...)
+		mustAcquire(t, rl)
+		holders = append(holders, rl)
+	}
+	defer releaseAll(holders...)
+	const attempts = 500 // go-zero's breaker opens after far fewer failures
+	for i := range attempts {
+		for _, h := range holders {
+			zl := zredis.NewRedisLock(z, h.Key())
+			if ok, err := zl.AcquireCtx(ctx); ok || err != nil {
+				t.Fatalf("attempt %d of go-zero's lock on %s, held by our %s: %v, %v", i, h.Key(), h.kind(), ok, err)
+			}
+			if ok, err := zl.ReleaseCtx(ctx); ok || err != nil {
+				t.Fatalf("go-zero's release of %s, which it does not hold: %v, %v", h.Key(), ok, err)
+			}
+		}
+	}
+	// The breaker is closed: the store's own calls and a lock of another key go through.
+	if err := z.SetCtx(ctx, "unrelated", "v"); err != nil {
+		t.Fatalf("go-zero's SET after the attempts: %v", err)
+	}
+	other := zredis.NewRedisLock(z, "other")
+	if ok, err := other.AcquireCtx(ctx); !ok || err != nil {
+		t.Fatalf("go-zero's lock of a free key after the attempts: %v, %v", ok, err)
+	}
+	if ok, err := other.ReleaseCtx(ctx); !ok || err != nil {
+		t.Fatalf("go-zero's release of its own lock: %v, %v", ok, err)
+	}
+	for _, h := range holders {
+		if h.Holds() != 1 {
+			t.Fatalf("our %s of %s was lost: %v", h.kind(), h.Key(), h.Err())
+		}
+		if st, err := h.Inspect(ctx); err != nil || !st.Held || st.Holders != 1 {
+			t.Fatalf("Inspect of %s = %+v, %v", h.Key(), st, err)
+		}
+	}
 }
 
 // TestSemaphoreNeverMoreThanN: workers in AcquireWait on a real server,
@@ -648,9 +771,9 @@ func TestSemaphoreBlackBoxFindings(t *testing.T) {
 		a, b := NewRedisLock(s, "unmarked", WithPermits(2)), NewRedisLock(s, "unmarked", WithPermits(2))
 		mustAcquire(t, a)
 		mustAcquire(t, b)
-		must(t, admin.ZRem(ctx, "unmarked", "redislock:permits").Err())
+		must(t, admin.ZRem(ctx, relatedName("unmarked", "holders"), "redislock:permits").Err())
 		mustRelease(t, a)
-		if _, err := admin.ZScore(ctx, "unmarked", b.Owner()).Result(); err != nil {
+		if _, err := admin.ZScore(ctx, relatedName("unmarked", "holders"), b.Owner()).Result(); err != nil {
 			t.Fatalf("a's release took b's permit too: %v", err)
 		}
 		mustRelease(t, b)
@@ -676,7 +799,7 @@ func TestSemaphoreBlackBoxFindings(t *testing.T) {
 	t.Run("a holder scored far ahead by an outsider is listed with a positive lease", func(t *testing.T) {
 		a := NewRedisLock(s, "far", WithPermits(2))
 		mustAcquire(t, a)
-		must(t, admin.ZAdd(ctx, "far", redis.Z{Score: 9e15, Member: "outsider"}).Err())
+		must(t, admin.ZAdd(ctx, relatedName("far", "holders"), redis.Z{Score: 9e15, Member: "outsider"}).Err())
 		holders, err := a.Holders(ctx)
 		if err != nil || len(holders) != 2 || slices.ContainsFunc(holders, func(h Holder) bool { return h.TTL <= 0 }) {
 			t.Fatalf("Holders = %v, %v", holders, err)
@@ -807,7 +930,7 @@ func TestFencedHolders(t *testing.T) {
 			}
 			mustRelease(t, a)
 			mustRelease(t, a)
-			if admin.ZScore(ctx, key, "#"+holderID(a)).Err() == nil {
+			if admin.ZScore(ctx, relatedName(key, "holders"), "#"+holderID(a)).Err() == nil {
 				t.Fatalf("%s: a's token outlives its release", key)
 			}
 			d := hold()
@@ -826,7 +949,7 @@ func TestFencedHolders(t *testing.T) {
 		id := dead.Owner()
 		next := NewRedisLock(s, "fenced-dead", WithPermits(1), WithFencing())
 		waitFor(t, 10*time.Second, "the dead holder's permit", func() bool { ok, err := next.Acquire(); return ok && err == nil })
-		if admin.ZScore(ctx, "fenced-dead", "#"+id).Err() == nil || next.Token() <= 0 {
+		if admin.ZScore(ctx, relatedName("fenced-dead", "holders"), "#"+id).Err() == nil || next.Token() <= 0 {
 			t.Fatalf("the dropped holder's token stays, or the next has none (%d)", next.Token())
 		}
 		// Found by the third black-box round: Holders failed on a corrupt
@@ -857,7 +980,7 @@ func TestFairFencedSemaphoreHandoff(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	stored, err := admin.ZScore(context.Background(), "fair-fenced", "#"+waiter.Owner()).Result()
+	stored, err := admin.ZScore(context.Background(), relatedName("fair-fenced", "holders"), "#"+waiter.Owner()).Result()
 	if err != nil || waiter.Token() <= holder.Token() || int64(stored) != waiter.Token() {
 		t.Fatalf("handed token %d (stored %v, %v) after %d", waiter.Token(), stored, err, holder.Token())
 	}

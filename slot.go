@@ -39,7 +39,7 @@ func reservedKey(key string) bool {
 	}
 	kind, p := key[i+len("redislock:"):], key[:i]
 	if id, marker := strings.CutPrefix(kind, "release:"); (!marker || id == "") &&
-		!slices.Contains([]string{"fence", "abandoned", "queue", "waiters", "broken", "releases", "leader"}, kind) {
+		!slices.Contains([]string{"fence", "abandoned", "queue", "waiters", "broken", "releases", "leader", "holders"}, kind) {
 		return false
 	}
 	others := []string{p[:len(p)-1], strings.TrimSuffix(strings.TrimPrefix(p, "{"), "}:")} // the tagged form, the plain

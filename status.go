@@ -85,7 +85,7 @@ func (rl *RedisLock) inspect(ctx context.Context) (Status, error) {
 // inspectAll runs inspect.lua, and returns the holders of a semaphore or a
 // shared lock too, by owner id.
 func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
-	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters")}
+	keys := []string{rl.key, relatedName(rl.key, "fence"), relatedName(rl.key, "queue"), relatedName(rl.key, "waiters"), rl.names.holders}
 	reply, err := rl.locker.store.Run(ctx, store.Inspect, keys)
 	if err != nil {
 		return Status{}, nil, err
@@ -99,17 +99,15 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 	switch kind {
 	case "none":
 	case "string":
-		st.Held, st.Owner, st.TTL = true, owner, store.LeaseLeft(pttl)
-		if expires >= 0 {
-			st.Expires = time.UnixMilli(expires)
-		}
-	case "zset":
-		if !holdersOf(&st, in.Holders) {
-			return Status{}, nil, fmt.Errorf("%w: a zset", ErrWrongType)
-		}
 		st.TTL = store.LeaseLeft(pttl)
 		if expires >= 0 {
 			st.Expires = time.UnixMilli(expires)
+		}
+		if owner == store.PermitsMark || owner == store.SharedMark { // its holders are in a related key
+			holdersOf(&st, in.Holders)
+			st.Shared = owner == store.SharedMark
+		} else {
+			st.Held, st.Owner = true, owner
 		}
 	default:
 		return Status{}, nil, fmt.Errorf("%w: a %s", ErrWrongType, kind)
@@ -134,19 +132,15 @@ func (rl *RedisLock) inspectAll(ctx context.Context) (Status, []Holder, error) {
 }
 
 // holdersOf fills st with what inspect.lua read of the holders of a
-// semaphore's or a shared lock's key: false when it has the mark of
-// neither.
-func holdersOf(st *Status, holders map[string]int64) bool {
-	permits, semaphore := holders[store.PermitsMark]
-	_, st.Shared = holders[store.SharedMark]
-	st.Permits, st.Holders = int(-permits), 0
+// semaphore's or a shared lock's key.
+func holdersOf(st *Status, holders map[string]int64) {
+	st.Permits, st.Holders = int(-holders[store.PermitsMark]), 0
 	for id := range holders {
 		if !strings.HasPrefix(id, "#") && id != store.PermitsMark && id != store.SharedMark {
 			st.Holders++
 		}
 	}
 	st.Held = st.Holders > 0
-	return semaphore || st.Shared
 }
 
 // Holders lists the live holders of a semaphore or a shared lock, in one
@@ -193,7 +187,7 @@ func (rl *RedisLock) Break(ctx context.Context, owner string) (Status, error) {
 	if !st.Held {
 		return st, nil // nothing to break
 	}
-	keys := []string{rl.key, relatedName(rl.key, "broken")}
+	keys := []string{rl.key, relatedName(rl.key, "broken"), rl.names.holders}
 	reply, err := rl.locker.store.Run(ctx, store.Break, keys, owner, rl.names.channel, rememberBreak.Milliseconds(), newID())
 	if err != nil {
 		return Status{}, opErr("break", rl.key, err)

@@ -1,9 +1,9 @@
 // Package renew keeps leases alive: one Scheduler per Locker holds every
 // lease of its locks in a heap by its next deadline, renews those that are
-// due in batches (a pipeline per server, up to 100 keys a script on a
+// due in batches (a pipeline per server, up to 100 leases a script on a
 // single primary), and reports each lease's end (its deadline passed, its
 // maximum hold came, its key found gone) through a callback. It knows
-// nothing of locks: a lease is an owner, a key, an id, a renewal script
+// nothing of locks: a lease is an owner, its keys, an id, a renewal script
 // and deadlines.
 //
 // It runs on one timer, not in a goroutine of its own, armed for the
@@ -44,7 +44,7 @@ func Margin(lease time.Duration) time.Duration {
 	return lease/100 + 2*time.Millisecond
 }
 
-// maxBatch caps the renewals of one pipeline; perScript the keys one
+// maxBatch caps the renewals of one pipeline; perScript the leases one
 // script renews (over 100 keys keeps the server busy for a tenth of a
 // millisecond).
 const (
@@ -56,8 +56,8 @@ const (
 type Lease[T any] struct {
 	owner   T
 	ctx     context.Context // bounds its renewals when they go alone
-	script  *store.Script   // renews it: KEYS[i], ARGV[2i-1] its id, ARGV[2i] its lease in ms
-	key     string
+	script  *store.Script   // renews it: its keys, then the next lease's; ARGV[2i-1] its id, ARGV[2i] its lease in ms
+	keys    []string
 	args    [2]any // id, lease in ms
 	lease   time.Duration
 	started time.Time // maxAt is its maximum hold; zero without one
@@ -118,14 +118,14 @@ type Retry struct {
 	Err     error
 }
 
-// Add schedules the lease of key, held by owner as id with a lease of
+// Add schedules the lease of keys, held by owner as id with a lease of
 // lease, valid until until by our accounting, for a maximum hold of
 // maxHold (0: none); renews says whether it is renewed, or only kept to
 // its deadlines. ctx bounds its renewals when they go alone. It returns
 // nil once the Scheduler is closed.
-func (s *Scheduler[T]) Add(owner T, ctx context.Context, script *store.Script, key, id string,
+func (s *Scheduler[T]) Add(owner T, ctx context.Context, script *store.Script, keys []string, id string,
 	lease time.Duration, until time.Time, maxHold time.Duration, renews bool) *Lease[T] {
-	l := &Lease[T]{owner: owner, ctx: ctx, script: script, key: key, args: [2]any{id, lease.Milliseconds()},
+	l := &Lease[T]{owner: owner, ctx: ctx, script: script, keys: keys, args: [2]any{id, lease.Milliseconds()},
 		lease: lease, until: until, index: -1}
 	l.started = until.Add(-(lease - Margin(lease))) // the acquisition was sent then, or later
 	l.nextRenew = l.started.Add(lease / 3)
@@ -362,9 +362,9 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time, alone bool) {
 	for i, l := range leases {
 		left := max(l.until.Sub(sent), time.Millisecond)
 		longest = max(longest, left)
-		if last := len(calls) - 1; last >= 0 && len(calls[last].Keys) < group && calls[last].Script == l.script {
+		if last := len(calls) - 1; last >= 0 && len(tags[last]) < group && calls[last].Script == l.script {
 			c := calls[last]
-			c.Keys, c.Args = append(c.Keys, l.key), append(c.Args, l.args[:]...)
+			c.Keys, c.Args = append(c.Keys, l.keys...), append(c.Args, l.args[:]...)
 			tags[last] = append(tags[last], l)
 			continue
 		}
@@ -375,7 +375,7 @@ func (s *Scheduler[T]) renew(leases []*Lease[T], sent time.Time, alone bool) {
 			defer cancel()
 		}
 		n := min(group, len(leases)-i) // sized once: no growing over 100 keys
-		calls = append(calls, &store.Call{Ctx: ctx, Script: l.script, Keys: append(make([]string, 0, n), l.key),
+		calls = append(calls, &store.Call{Ctx: ctx, Script: l.script, Keys: append(make([]string, 0, n*len(l.keys)), l.keys...),
 			Args: append(make([]any, 0, 2*n), l.args[:]...)})
 		tags = append(tags, append(make([]*Lease[T], 0, n), l))
 	}

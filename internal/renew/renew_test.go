@@ -97,7 +97,7 @@ func newFixture() fixture {
 
 func (f fixture) add(owner string, maxHold time.Duration, renews bool) *Lease[string] {
 	const lease = 3 * time.Second
-	return f.s.Add(owner, context.Background(), store.Extend, owner, "id-"+owner, lease, f.clk.Now().Add(lease-Margin(lease)), maxHold, renews)
+	return f.s.Add(owner, context.Background(), store.Extend, []string{owner}, "id-"+owner, lease, f.clk.Now().Add(lease-Margin(lease)), maxHold, renews)
 }
 
 // next steps the clock from duty to duty until a report comes.
@@ -264,7 +264,7 @@ func TestBatchRefusedWholeIsRenewedLeaseByLease(t *testing.T) {
 	const lease = 3 * time.Second
 	var leases []*Lease[string]
 	for _, k := range []string{"a", "denied", "b"} {
-		leases = append(leases, s.Add(k, context.Background(), store.Extend, k, "id-"+k, lease, clk.Now().Add(lease-Margin(lease)), 0, true))
+		leases = append(leases, s.Add(k, context.Background(), store.Extend, []string{k}, "id-"+k, lease, clk.Now().Add(lease-Margin(lease)), 0, true))
 	}
 	before := s.Until(leases[0])
 	clk.Step(t)

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
--- KEYS[3]  optional: its fencing counter (same hash slot, no TTL)
+-- KEYS[3]  its holders, should KEYS[1] be a shared lock's (holders.lua)
+-- KEYS[4]  optional: its fencing counter (same hash slot, no TTL)
 -- ARGV[1]  this attempt's owner id (random, fresh for every attempt)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  optional: the attempt is a wait's, which a shared lock's
@@ -10,7 +11,7 @@
 --          (see holders.lua), and the reply says when to attempt again
 --
 -- Reply: when the lock is taken (KEYS[1] holds ARGV[1] with a lease of
---        ARGV[2] ms): status "OK", or with KEYS[3] an array {"OK", token}
+--        ARGV[2] ms): status "OK", or with KEYS[4] an array {"OK", token}
 --        (see fence.lua). Otherwise an integer: the holder's remaining
 --        lease in ms (PTTL), -1 when the key has no expiry, 0 for an attempt
 --        already given up. The error REDISLOCK_KIND on a semaphore's key
@@ -27,16 +28,16 @@
 return guarded(function()
     local old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
     if type(old) == "table" then
-        -- Before Redis 7.0 (a syntax error), or a key of another type: else
-        -- Redis refused the SET.
+        -- Before Redis 7.0 (a syntax error), or a key of another type than a
+        -- string: else Redis refused the SET.
         if not (string.find(old.err, "^WRONGTYPE") or string.find(old.err, "syntax")) then
             check(old, "SET", KEYS[1])
         end
         -- false when taken; else what the key holds
         old = not call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and get(KEYS[1])
     end
-    if old == 0 then -- another type: a semaphore, a shared lock (holders.lua)?
-        old = holders().exclusive()
+    if old == PERMITS or old == SHARED then -- a semaphore, a shared lock (holders.lua)
+        old = holders(1, 3).exclusive()
         if type(old) == "number" and old > 0 then
             return old -- a wait for a shared lock's holders: attempt again then
         end
@@ -45,7 +46,7 @@ return guarded(function()
         return call("PTTL", KEYS[1]) -- held by another owner (or not a string)
     elseif old then -- a retry of this very call
         call("PEXPIRE", KEYS[1], ARGV[2])
-        return KEYS[3] and {"OK", tonumber(get(KEYS[3]))} or "OK"
+        return KEYS[4] and {"OK", tonumber(get(KEYS[4]))} or "OK"
     end
     -- Taken: given back should what follows be refused, or the attempt
     -- have been given up.
@@ -53,9 +54,9 @@ return guarded(function()
     local ok, reply = given == 0, "OK"
     if type(given) == "table" then
         ok, reply = pcall(check, given, "SISMEMBER", KEYS[2])
-    elseif ok and KEYS[3] then
+    elseif ok and KEYS[4] then
         ok, reply = pcall(function()
-            return {"OK", mint(3, check(redis.pcall("TIME"), "TIME"))}
+            return {"OK", mint(4, check(redis.pcall("TIME"), "TIME"))}
         end)
     end
     if ok then

@@ -4,6 +4,7 @@
 -- KEYS[1]  the lock key; or a semaphore's or a shared lock's (see
 --          holders.lua), of which ARGV[1] leaves the holders, or all do
 -- KEYS[2]  its recent breaks: a hash of call id -> "<pttl> <owner>"
+-- KEYS[3]  its holders, should it be a semaphore's or a shared lock's
 -- ARGV[1]  the owner id to break, or "" for whoever holds the lock
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait for its release
 -- ARGV[3]  how long to remember a break, in milliseconds
@@ -11,7 +12,8 @@
 --
 -- Reply: {broken, owner, pttl}, owner and pttl being the value and PTTL of
 --        KEYS[1] before the call ("" and -2 when missing, "" when not a
---        string):
+--        string; of a semaphore or a shared lock, the holder that left, or
+--        "" when all did):
 --        1   KEYS[1] was deleted (it held ARGV[1], or anything with ARGV[1]
 --            ""), a message was published on ARGV[2], and KEYS[2]
 --            remembers the call (unless Redis refused to write it: a retry
@@ -34,13 +36,10 @@ return guarded(function()
     end
     local owner = get(KEYS[1])
     local pttl = call("PTTL", KEYS[1])
-    local h = owner == 0 and holders()
-    if h and not (h.mark(h.PERMITS) or h.mark(h.SHARED)) then
-        h = nil -- no key of ours
-    end
+    local h = (owner == PERMITS or owner == SHARED) and holders(1, 3)
     if h then -- a semaphore or a shared lock: ARGV[1] leaves, or all do
         owner = ARGV[1]
-        if owner ~= "" and not h.score(1, owner) then
+        if owner ~= "" and not h.score(owner) then
             return {0, "", pttl}
         end
     elseif type(owner) ~= "string" then
@@ -55,6 +54,10 @@ return guarded(function()
     if h and owner ~= "" then
         h.leave(owner)
     else
+        if h then -- every holder leaves
+            need("DEL", KEYS[1])
+            call("DEL", KEYS[3])
+        end
         call("DEL", KEYS[1])
     end
     if type(done) ~= "table" then -- remembered, unless KEYS[2] is of another type

@@ -1,9 +1,9 @@
 -- extend.lua: verify ownership and refresh the lease of one lock (a
 -- re-entry) or of many (a watchdog batch on a single Redis primary, where
--- every key is local).
+-- every key is local). extend_holders.lua does it for the holders of
+-- semaphores and shared locks.
 --
--- KEYS[i]      a lock key, or a semaphore's or a shared lock's, whose
---              holder's lease is renewed (see holders.lua)
+-- KEYS[i]      a lock key, whose holder's lease is renewed
 -- ARGV[2i-1]   the id of its owner
 -- ARGV[2i]     its lease in milliseconds
 --
@@ -14,20 +14,11 @@
 --        Redis refuses a GET or a PEXPIRE at its first key, before any
 --        lease was changed.
 return guarded(function()
-    local renewed, h, ms = {}, nil, nil
+    local renewed = {}
     for i = 1, #KEYS do
         renewed[i] = 0
-        local value = get(KEYS[i])
-        if value == ARGV[2 * i - 1] then
+        if get(KEYS[i]) == ARGV[2 * i - 1] then
             renewed[i] = call("PEXPIRE", KEYS[i], ARGV[2 * i])
-        elseif value == 0 and (h or holders()).score(i, ARGV[2 * i - 1]) then
-            h = h or holders() -- a holder of a semaphore or a shared lock
-            ms = ms or h.clock()
-            need("ZADD", KEYS[i])
-            need("PTTL", KEYS[i])
-            h.outlive(i, ARGV[2 * i]) -- first: then Redis lets the ZADD through whatever its memory
-            call("ZADD", KEYS[i], "XX", ms + ARGV[2 * i], ARGV[2 * i - 1])
-            renewed[i] = 1
         end
     end
     return renewed

@@ -5,7 +5,8 @@
 -- KEYS[2]  its abandoned attempts: a set of ids given up (see release.lua)
 -- KEYS[3]  its queue: a sorted set of waiter ids by arrival (server-side)
 -- KEYS[4]  its waiters: a hash of waiter id -> "<until> <lease>[f][s]"
--- KEYS[5]  optional: its fencing counter (as in acquire.lua)
+-- KEYS[5]  its holders, should it be a semaphore's or a shared lock's
+-- KEYS[6]  optional: its fencing counter (as in acquire.lua)
 -- ARGV[1]  the waiter's owner id (random, fresh for every wait)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  the liveness window in ms: how long the waiter stays in the
@@ -17,7 +18,7 @@
 --          lock, of which the waiter wants a share
 --
 -- A waiter is live until <until>, in ms of the server's clock; <lease> is
--- the lease it wants, "f" says it is fenced (KEYS[5] given), "s" that it
+-- the lease it wants, "f" says it is fenced (KEYS[6] given), "s" that it
 -- wants a share: the release that hands it the lock gives it that lease
 -- and, for "f", mints its fencing token (fair_release.lua). A share is
 -- free when no exclusive holder holds the key and no live waiter ahead
@@ -55,33 +56,32 @@ return guarded(function()
     end
 
     local owner = get(KEYS[1])
-    local n, h, have, wait, mark = tonumber(ARGV[4]), nil, nil, nil, nil
+    local n, h, have, wait, mark, replaces = tonumber(ARGV[4]), nil, nil, nil, nil, false
     if n then -- a semaphore or a shared lock: ours if we hold, free if we may
-        h = holders()
+        h = holders(1, 5)
         have = h.ours(n)
-        if h.score(1, ARGV[1]) then
+        if have and h.score(ARGV[1]) then
             owner = ARGV[1]
         elseif have == false then -- an exclusive holder's
             wait = call("PTTL", KEYS[1])
         else
             owner = n > 0 and have and h.count() >= n and h.drop(now) >= n and 0 or false
         end
-        need("ZADD", KEYS[1])
+        need("ZADD", KEYS[5])
+        need("PTTL", KEYS[5])
         need("PTTL", KEYS[1])
-    elseif owner == 0 then -- no string: a semaphore's key, or a shared lock's?
-        local shares = holders()
-        if shares.mark(shares.PERMITS) then
-            shares.wrongKind("is a semaphore")
-        elseif shares.mark(shares.SHARED) then
-            if call("ZCOUNT", KEYS[1], "(" .. now, "(1e14") == 0 then
-                owner = false -- free: the SET below replaces the sorted set
-            else -- held: no new share that does not queue, once queued (below)
-                wait = shares.first(now)
-                mark = ARGV[3] ~= "0" and math.min(tonumber(ARGV[3]), 1000)
-                if mark then
-                    need("ZADD", KEYS[1])
-                    wait = math.min(wait, math.max(math.floor(mark / 3), 1))
-                end
+    elseif owner == PERMITS then
+        holders(1, 5).wrongKind("is a semaphore")
+    elseif owner == SHARED then
+        local shares = holders(1, 5)
+        if call("ZCOUNT", KEYS[5], "(" .. now, "(1e14") == 0 then
+            owner, replaces = false, true -- free: the SET below replaces the shared lock
+        else -- held: no new share that does not queue, once queued (below)
+            wait = shares.first(now)
+            mark = ARGV[3] ~= "0" and math.min(tonumber(ARGV[3]), 1000)
+            if mark then
+                need("ZADD", KEYS[5])
+                wait = math.min(wait, math.max(math.floor(mark / 3), 1))
             end
         end
     end
@@ -92,18 +92,19 @@ return guarded(function()
     need("HDEL", KEYS[4], ARGV[1])
     need("SET", KEYS[1], ARGV[1])
     need("PEXPIRE", KEYS[1], ARGV[2])
+    need("DEL", KEYS[5])
     if owner == ARGV[1] then -- handed to us, or a retry of a call that took it
         if h then
-            h.outlive(1, ARGV[2]) -- first: Redis then lets the ZADD through whatever its memory
-            call("ZADD", KEYS[1], "XX", now + ARGV[2], ARGV[1])
+            h.outlive(ARGV[2]) -- first: Redis then lets the ZADD through whatever its memory
+            call("ZADD", KEYS[5], "XX", now + ARGV[2], ARGV[1])
         else
             call("PEXPIRE", KEYS[1], ARGV[2])
         end
         leave()
-        if h and KEYS[5] then
-            return {"OK", h.score(1, "#" .. ARGV[1])}
+        if h and KEYS[6] then
+            return {"OK", h.score("#" .. ARGV[1])}
         end
-        return KEYS[5] and {"OK", tonumber(get(KEYS[5]))} or "OK"
+        return KEYS[6] and {"OK", tonumber(get(KEYS[6]))} or "OK"
     end
 
     if owner == false then
@@ -137,11 +138,14 @@ return guarded(function()
             wait = 1 -- more lapsed waiters than one call drops: again soon
         end
         if not wait then
-            local t = KEYS[5] and mint(5, time)
+            local t = KEYS[6] and mint(6, time)
             if h then
                 h.join(ARGV[1], n, have, now, ARGV[2], t)
             else
-                call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+                call("SET", KEYS[1], ARGV[1], "PX", ARGV[2]) -- first: Redis refuses it when memory is full
+                if replaces then
+                    call("DEL", KEYS[5]) -- the shared lock's holders, whose leases all ended
+                end
             end
             if head then
                 leave()
@@ -165,7 +169,7 @@ return guarded(function()
     if call("ZADD", KEYS[3], "NX", seq, ARGV[1]) == 0 then
         seq = tonumber(call("ZSCORE", KEYS[3], ARGV[1])) -- queued already
     end
-    local wants = ARGV[2] .. (KEYS[5] and "f" or "") .. (n == 0 and "s" or "") -- see the header
+    local wants = ARGV[2] .. (KEYS[6] and "f" or "") .. (n == 0 and "s" or "") -- see the header
     local window = tonumber(ARGV[3])
     call("HSET", KEYS[4], ARGV[1], string.format("%.0f", now + window) .. " " .. wants)
     for i = 3, 4 do -- a new key gets an expiry; an older one keeps the later
@@ -176,7 +180,7 @@ return guarded(function()
         end
     end
     if mark then -- last: no command follows a write Redis may refuse for memory
-        call("ZADD", KEYS[1], "XX", "LT", -(now + mark), "redislock:shared")
+        call("ZADD", KEYS[5], "XX", "LT", -(now + mark), SHARED)
     end
     return {wait, seq}
 end)

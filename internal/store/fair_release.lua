@@ -10,10 +10,11 @@
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
 -- KEYS[5]  its fencing counter (as in acquire.lua), whether or not this
 --          lock is fenced: the waiter handed the lock may be
--- KEYS[6]  optional: its abandoned attempts, a set of ids given up
+-- KEYS[6]  its holders, should it be a semaphore's or a shared lock's
+-- KEYS[7]  optional: its abandoned attempts, a set of ids given up
 -- ARGV[1]  the owner id
 -- ARGV[2]  the channel on which waiters of KEYS[1] wait
--- ARGV[3]  with KEYS[6]: how long to remember an attempt or wait given up,
+-- ARGV[3]  with KEYS[7]: how long to remember an attempt or wait given up,
 --          in ms; ARGV[1] also leaves the queue
 --
 -- The handoff: the queue's first waiter that is still live gets the lock:
@@ -37,7 +38,7 @@
 --        KEYS[2] as release.lua records it.
 --        2 when ARGV[1] was released already (a retry); 0 when KEYS[1]
 --        does not hold ARGV[1] and ARGV[1] was not released: a loss (or,
---        with KEYS[6], a waiter that leaves; one that waited exclusive for
+--        with KEYS[7], a waiter that leaves; one that waited exclusive for
 --        a key not held exclusive publishes an empty message, so that the
 --        waiters for a share behind it attempt). When
 --        no token can be minted for the first live waiter, fenced (KEYS[5]
@@ -47,41 +48,44 @@
 --        A refusal (call.lua): nothing was changed.
 return guarded(function()
     local value = get(KEYS[1])
-    local h = value == 0 and holders() -- a semaphore's key, or a shared lock's?
-    local owned = value == ARGV[1] or h and h.score(1, ARGV[1]) ~= nil
+    local h = (value == PERMITS or value == SHARED) and holders(1, 6) -- a semaphore's key, or a shared lock's
+    local owned = value == ARGV[1] or h and h.score(ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local time = check(redis.pcall("TIME"), "TIME")
-    local ttl = KEYS[6] and call("PTTL", KEYS[6])
-    local leaving = KEYS[6] and not owned and redis.pcall("HGET", KEYS[4], ARGV[1]) -- its place in the queue
+    local ttl = KEYS[7] and call("PTTL", KEYS[7])
+    local leaving = KEYS[7] and not owned and redis.pcall("HGET", KEYS[4], ARGV[1]) -- its place in the queue
     -- Every write below, asked for before the first; the first may still
     -- be refused for the server's state, and then nothing was written.
     need("ZREM", KEYS[3], ARGV[1])
     need("HDEL", KEYS[4], ARGV[1])
     need("SET", KEYS[1], ARGV[1])
     need("DEL", KEYS[1])
-    need("ZADD", KEYS[1]) -- a share handed on, a permit too
-    need("ZSCORE", KEYS[1])
+    need("DEL", KEYS[6])
+    need("ZADD", KEYS[6]) -- a share handed on, a permit too
+    need("ZSCORE", KEYS[6])
+    need("PEXPIRE", KEYS[6])
     need("PEXPIRE", KEYS[1])
     if h then -- a permit or a share handed on, or left
-        need("ZREM", KEYS[1])
+        need("ZREM", KEYS[6])
+        need("PTTL", KEYS[6])
         need("PTTL", KEYS[1])
-        need("ZCOUNT", KEYS[1])
-        need("ZRANGEBYSCORE", KEYS[1])
+        need("ZCOUNT", KEYS[6])
+        need("ZRANGEBYSCORE", KEYS[6])
         need("ZRANGE", KEYS[3]) -- read after a share left
         need("HGET", KEYS[4])
     end
-    if KEYS[6] then
-        need("PEXPIRE", KEYS[6], ARGV[3])
+    if KEYS[7] then
+        need("PEXPIRE", KEYS[7], ARGV[3])
     end
-    if KEYS[6] then
-        need("SADD", KEYS[6], ARGV[1])
+    if KEYS[7] then
+        need("SADD", KEYS[7], ARGV[1])
         -- Out of the queue first: Redis refuses no ZREM for memory, and once
         -- it removed something, lets the writes after it through.
         call("ZREM", KEYS[3], ARGV[1])
         call("HDEL", KEYS[4], ARGV[1])
-        call("SADD", KEYS[6], ARGV[1])
+        call("SADD", KEYS[7], ARGV[1])
         if ttl < tonumber(ARGV[3]) then
-            call("PEXPIRE", KEYS[6], ARGV[3])
+            call("PEXPIRE", KEYS[7], ARGV[3])
         end
     end
     if not owned then
@@ -91,7 +95,7 @@ return guarded(function()
         return retried and 2 or 0
     end
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    local shared = h and h.mark(h.SHARED)
+    local shared = value == SHARED
     local held -- by other shares
     if shared then -- a share leaves; the lock is handed on only once free
         h.leave(ARGV[1])
@@ -108,7 +112,7 @@ return guarded(function()
         if live and tonumber(live) > now and tonumber(lease) > 0 then
             if #msgs > 0 and share == "" then -- an exclusive waiter after shares handed on: it stays
                 -- first, and new shares that do not queue wait behind it (holders.lua)
-                call("ZADD", KEYS[1], "XX", "LT", -math.min(tonumber(live), now + 1000), "redislock:shared")
+                call("ZADD", KEYS[6], "XX", "LT", -math.min(tonumber(live), now + 1000), SHARED)
                 break
             elseif share == "s" and h and not shared then
                 break -- a share of a semaphore: it stays first; its own attempt tells it why
@@ -127,19 +131,19 @@ return guarded(function()
         call("ZREM", KEYS[3], head[1])
         call("HDEL", KEYS[4], head[1])
         if token and share == "s" then -- a share: the next live waiters that want one follow it
-            if #msgs == 0 and not h then
-                call("DEL", KEYS[1]) -- ours, an exclusive holder's
-            end
-            local shares = holders()
-            shares.join(head[1], 0, shares.mark(shares.SHARED), now, lease, token > 0 and token or nil)
+            local shares = holders(1, 6) -- the first joins a new shared lock, which replaces ours, an exclusive holder's
+            shares.join(head[1], 0, #msgs > 0 and shares.score(SHARED) or nil, now, lease, token > 0 and token or nil)
         elseif token and h and not shared then -- our permit passes to the waiter
-            call("ZREM", KEYS[1], ARGV[1], "#" .. ARGV[1])
-            call("ZADD", KEYS[1], now + lease, head[1])
+            call("ZREM", KEYS[6], ARGV[1], "#" .. ARGV[1])
+            call("ZADD", KEYS[6], now + lease, head[1])
             if token > 0 then
-                call("ZADD", KEYS[1], token, "#" .. head[1])
+                call("ZADD", KEYS[6], token, "#" .. head[1])
             end
-            h.outlive(1, lease)
+            h.outlive(lease)
         elseif token then
+            if h then
+                call("DEL", KEYS[6]) -- the holders of a shared lock, ours as its last
+            end
             call("SET", KEYS[1], head[1], "PX", lease)
         end
         if token then
@@ -154,7 +158,7 @@ return guarded(function()
     elseif #msgs == 0 and not h then
         call("DEL", KEYS[1])
     end
-    if not KEYS[6] then -- a give-up's reply is nobody's to retry
+    if not KEYS[7] then -- a give-up's reply is nobody's to retry
         remember(ARGV[1])
     end
     local heard = true

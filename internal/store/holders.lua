@@ -1,18 +1,46 @@
 -- holders.lua: the holders of a semaphore or a shared lock, for the scripts
--- it is put in front of (after call.lua): holders() returns the functions
--- below in a table, made only by a script that meets such a key.
+-- it is put in front of (after call.lua): holders(k, hk) returns the
+-- functions below for the key K = KEYS[k] and its holders H = KEYS[hk], made
+-- only by a script that meets such a key.
 --
--- Such a key is a sorted set: each holder's id scored by the end of its
--- lease, in ms of the server's clock, and one mark of the key's kind,
--- scored 0 or below: "redislock:permits" scored -n for a semaphore of n
--- permits; "redislock:shared" for a shared lock, scored minus the time
--- until which an exclusive holder waits for it (0: none does), during
--- which no new share is given. A holder whose lease ended counts until a
--- script drops it; it is dropped when it stands in another's way. A
--- fenced holder's token is the score of the member "#" .. its id (tokens,
--- in µs, lie above every lease's end, in ms, and below 2^53).
-local function holders()
-    local PERMITS, SHARED = "redislock:permits", "redislock:shared"
+-- Such a key is a string that names its kind, PERMITS for a semaphore,
+-- SHARED for a shared lock: a SET NX of it fails and a GET of it reads
+-- another owner, so any other lock (go-zero's too) sees it held. Its
+-- holders are a sorted set in a related key of the same slot: each
+-- holder's id scored by the end of its lease, in ms of the server's clock,
+-- and one mark of the key's kind, scored 0 or below: PERMITS scored -n for
+-- a semaphore of n permits; SHARED for a shared lock, scored minus the time
+-- until which an exclusive holder waits for it (0: none does), during which
+-- no new share is given. A fenced holder's token is the score of the member
+-- "#" .. its id (tokens, in µs, lie above every lease's end, in ms, and
+-- below 2^53). Both keys are made, expire and are deleted together; the key
+-- decides: holders without it are nobody's. A holder whose lease ended
+-- counts until a script drops it; it is dropped when it stands in
+-- another's way.
+local PERMITS, SHARED = "redislock:permits", "redislock:shared"
+
+-- zscore returns the score of member in KEYS[i], or nil when KEYS[i] is
+-- missing, has no such member, or is no sorted set.
+local function zscore(i, member)
+    local value = redis.pcall("ZSCORE", KEYS[i], member)
+    if type(value) == "table" and not string.find(value.err, "^WRONGTYPE") then
+        check(value, "ZSCORE", KEYS[i])
+    end
+    return type(value) == "string" and tonumber(value) or nil
+end
+
+-- outlive makes KEYS[i], for each i given, live lease ms more, at least:
+-- PEXPIRE GT, which passes a key without expiry by, and then PEXPIRE.
+-- Redis refuses no PEXPIRE for memory, and lets the writes after it through.
+local function outlive(lease, ...)
+    for _, i in ipairs({...}) do
+        if call("PEXPIRE", KEYS[i], lease, "GT") == 0 and call("PTTL", KEYS[i]) == -1 then
+            call("PEXPIRE", KEYS[i], lease)
+        end
+    end
+end
+
+local function holders(k, hk)
 
     -- clock returns the server's time in ms, and TIME's reply.
     local function clock()
@@ -20,142 +48,137 @@ local function holders()
         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
     end
 
-    -- score returns the score of member in KEYS[i], or nil when KEYS[i] is
-    -- missing, has no such member, or is no sorted set.
-    local function score(i, member)
-        local value = redis.pcall("ZSCORE", KEYS[i], member)
-        if type(value) == "table" and not string.find(value.err, "^WRONGTYPE") then
-            check(value, "ZSCORE", KEYS[i])
-        end
-        return type(value) == "string" and tonumber(value) or nil
+    -- score returns the score of member in H (see zscore).
+    local function score(member)
+        return zscore(hk, member)
     end
 
-    -- mark returns the score of KEYS[1]'s mark of kind, or nil.
-    local function mark(kind)
-        return score(1, kind)
-    end
-
-    -- wrongKind raises the error REDISLOCK_KIND, saying what KEYS[1] is.
+    -- wrongKind raises the error REDISLOCK_KIND, saying what K is.
     local function wrongKind(what)
-        error(redis.error_reply("REDISLOCK_KIND " .. KEYS[1] .. " " .. what))
+        error(redis.error_reply("REDISLOCK_KIND " .. KEYS[k] .. " " .. what))
     end
 
-    -- ours returns the score of the mark of KEYS[1] as a semaphore of n
-    -- permits (0: a shared lock), nil when KEYS[1] is missing, false when
-    -- it holds a string and n is 0 (an exclusive holder's); it raises
-    -- REDISLOCK_KIND when KEYS[1] is another kind.
+    -- kindOf returns what K's value says it is, as wrongKind words it.
+    local function kindOf(value)
+        return value == PERMITS and "is a semaphore" or value == SHARED and "is a shared lock"
+            or value ~= 0 and "is a lock" or "is not a lock"
+    end
+
+    -- ours returns the score of the mark of K as a semaphore of n permits
+    -- (0: a shared lock), nil when K is missing (or its holders are), false
+    -- when it holds another string and n is 0 (an exclusive holder's); it
+    -- raises REDISLOCK_KIND when K is another kind.
     local function ours(n)
-        local have = mark(n > 0 and PERMITS or SHARED)
-        local value = not have and get(KEYS[1])
-        if not have and n == 0 and type(value) == "string" then
+        local want = n > 0 and PERMITS or SHARED
+        local value = get(KEYS[k])
+        if value == want then
+            local have = score(want)
+            if n > 0 and have and have ~= -n then
+                wrongKind("has " .. -have .. " permits, not " .. n)
+            end
+            return have
+        elseif not value then
+            return nil
+        elseif n == 0 and type(value) == "string" and value ~= PERMITS then
             return false
-        elseif not have and value then
-            wrongKind(mark(PERMITS) and "is a semaphore" or mark(SHARED) and "is a shared lock"
-                or value ~= 0 and "is a lock" or "is not a lock")
-        elseif have and n > 0 and have ~= -n then
-            wrongKind("has " .. -have .. " permits, not " .. n)
         end
-        return have
+        wrongKind(kindOf(value))
     end
 
-    -- count returns how many holders KEYS[1] has.
+    -- count returns how many holders K has.
     local function count()
-        return call("ZCOUNT", KEYS[1], "(0", "(1e14")
+        return call("ZCOUNT", KEYS[hk], "(0", "(1e14")
     end
 
-    -- drop removes the holders of KEYS[1] whose lease ended at ms, with their
+    -- drop removes the holders of K whose lease ended at ms, with their
     -- tokens, and returns how many are left.
     local function drop(ms)
-        for _, id in ipairs(call("ZRANGEBYSCORE", KEYS[1], "(0", ms)) do
-            call("ZREM", KEYS[1], id, "#" .. id)
+        for _, id in ipairs(call("ZRANGEBYSCORE", KEYS[hk], "(0", ms)) do
+            call("ZREM", KEYS[hk], id, "#" .. id)
         end
         return count()
     end
 
-    -- outlive makes KEYS[i] live lease ms more, at least: PEXPIRE GT, which
-    -- passes a key without expiry by, and then PEXPIRE. Redis refuses no
-    -- PEXPIRE for memory, and lets the writes after it through.
-    local function outlive(i, lease)
-        if call("PEXPIRE", KEYS[i], lease, "GT") == 0 and call("PTTL", KEYS[i]) == -1 then
-            call("PEXPIRE", KEYS[i], lease)
-        end
-    end
-
     -- first returns how long, from ms, until the first lease of a holder of
-    -- KEYS[1] to end after ms ends.
+    -- K to end after ms ends.
     local function first(ms)
-        return call("ZRANGEBYSCORE", KEYS[1], "(" .. ms, "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
+        return call("ZRANGEBYSCORE", KEYS[hk], "(" .. ms, "+inf", "WITHSCORES", "LIMIT", 0, 1)[2] - ms
     end
 
-    -- join makes id a holder of KEYS[1], of n permits (0: shared), whose
-    -- mark has the score have (nil: a new key), until ms + lease, with the
-    -- fencing token t (nil: none).
+    -- join makes id a holder of K, of n permits (0: shared), whose mark has
+    -- the score have (nil: a new key, which replaces what H held), until
+    -- ms + lease, with the fencing token t (nil: none).
     local function join(id, n, have, ms, lease, t)
-        call("ZADD", KEYS[1], "NX", ms + lease, id) -- 0: a retry, which holds already
+        if not have then -- the SET first: Redis refuses it when memory is full
+            call("SET", KEYS[k], n > 0 and PERMITS or SHARED, "PX", lease)
+            call("DEL", KEYS[hk])
+            call("ZADD", KEYS[hk], -n, n > 0 and PERMITS or SHARED)
+        end
+        call("ZADD", KEYS[hk], "NX", ms + lease, id) -- 0: a retry, which holds already
         if t then
-            call("ZADD", KEYS[1], t, "#" .. id)
+            call("ZADD", KEYS[hk], t, "#" .. id)
         end
         if have then
-            outlive(1, lease)
+            outlive(lease, hk, k)
         else
-            call("ZADD", KEYS[1], -n, n > 0 and PERMITS or SHARED)
-            call("PEXPIRE", KEYS[1], lease)
+            call("PEXPIRE", KEYS[hk], lease)
         end
     end
 
-    -- leave takes id, a holder, out of the holders of KEYS[1]. The key is
+    -- leave takes id, a holder, out of the holders of K. Both keys are
     -- deleted with the last one (holders whose lease ended, not yet dropped,
-    -- count: the key expires after them), unless an exclusive holder waits for
-    -- it: it then lasts as long as that wait.
+    -- count: the keys expire after them), unless an exclusive holder waits
+    -- for K: they then last as long as that wait.
     local function leave(id)
         local waits -- nil: a holder stays
         if count() == 1 then
-            local shared = mark(SHARED)
-            waits = shared and -shared - clock() or mark(PERMITS) and 0
-            need("PEXPIRE", KEYS[1])
-            need("DEL", KEYS[1])
+            local shared = score(SHARED)
+            waits = shared and -shared - clock() or score(PERMITS) and 0
+            need("PEXPIRE", KEYS[hk])
+            need("PEXPIRE", KEYS[k])
+            need("DEL", KEYS[hk])
+            need("DEL", KEYS[k])
         end
-        call("ZREM", KEYS[1], id, "#" .. id) -- first: Redis refuses no ZREM for memory
+        call("ZREM", KEYS[hk], id, "#" .. id) -- first: Redis refuses no ZREM for memory
         if waits and waits > 0 then
-            call("PEXPIRE", KEYS[1], waits)
+            call("PEXPIRE", KEYS[hk], waits)
+            call("PEXPIRE", KEYS[k], waits)
         elseif waits then
-            call("DEL", KEYS[1])
+            call("DEL", KEYS[hk])
+            call("DEL", KEYS[k])
         end
     end
 
     -- exclusive is the attempt of an exclusive holder (ARGV[1], lease ARGV[2]
-    -- ms) on KEYS[1] of another type than a string. A semaphore raises
+    -- ms) on K, which holds PERMITS or SHARED. A semaphore raises
     -- REDISLOCK_KIND. A shared lock without holders is deleted and taken: it
     -- returns false. One with holders is held: it returns 0, as get does;
     -- with ARGV[3], the exclusive holder waits, no new share is given for
     -- ARGV[3] ms, and it returns when to attempt again, within ARGV[3] / 3.
     local function exclusive()
-        if mark(PERMITS) then
+        if get(KEYS[k]) == PERMITS then
             wrongKind("is a semaphore")
         end
-        if not mark(SHARED) then
-            return 0 -- no key of ours
-        end
-        need("ZCOUNT", KEYS[1])
-        need("ZREM", KEYS[1])
-        need("DEL", KEYS[1])
-        need("SET", KEYS[1])
-        need("ZADD", KEYS[1])
-        need("PTTL", KEYS[1])
+        need("ZCOUNT", KEYS[hk])
+        need("ZREM", KEYS[hk])
+        need("DEL", KEYS[hk])
+        need("SET", KEYS[k])
+        need("ZADD", KEYS[hk])
+        need("PTTL", KEYS[k])
         need("SISMEMBER", KEYS[2])
         local ms = clock()
         if drop(ms) == 0 then
-            call("DEL", KEYS[1])
-            call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+            call("DEL", KEYS[hk])
+            call("SET", KEYS[k], ARGV[1], "PX", ARGV[2])
             return false
         elseif not ARGV[3] then
             return 0
         end
-        call("ZADD", KEYS[1], "XX", "LT", -(ms + ARGV[3]), SHARED)
-        local pttl = call("PTTL", KEYS[1])
+        call("ZADD", KEYS[hk], "XX", "LT", -(ms + ARGV[3]), SHARED)
+        local pttl = call("PTTL", KEYS[k])
         return (pttl < 1 or pttl > ARGV[3] / 3) and math.max(math.floor(ARGV[3] / 3), 1) or pttl
     end
 
-    return {PERMITS = PERMITS, SHARED = SHARED, clock = clock, score = score, mark = mark,
-        wrongKind = wrongKind, ours = ours, count = count, drop = drop, outlive = outlive, first = first, join = join, leave = leave, exclusive = exclusive}
+    return {clock = clock, score = score, wrongKind = wrongKind, kindOf = kindOf, ours = ours, count = count,
+        drop = drop, outlive = function(lease) outlive(lease, hk, k) end, first = first, join = join, leave = leave, exclusive = exclusive}
 end

@@ -4,6 +4,8 @@
 -- KEYS[2]  its fencing counter
 -- KEYS[3]  its queue of waiters, when it is a fair lock (see fair_acquire.lua)
 -- KEYS[4]  its waiters' hash (see fair_acquire.lua)
+-- KEYS[5]  its holders, when it is a semaphore or a shared lock (see
+--          holders.lua)
 --
 -- Reply: {type, owner, pttl, counter, waiters, expires, holders}:
 --        type     the type of KEYS[1]: "none" when the lock is free,
@@ -17,7 +19,8 @@
 --        expires  when KEYS[1] expires, in ms of the server's clock
 --                 (PEXPIRETIME; before Redis 7.0, TIME + pttl), -1 without
 --                 expiry, -2 missing.
---        holders  of a sorted set (holders.lua): id, lease left in ms, for
+--        holders  when KEYS[1] names a semaphore or a shared lock
+--                 (holders.lua), from KEYS[5]: id, lease left in ms, for
 --                 each live holder; "#" .. id and its token; its mark and score.
 --        A refusal as call.lua says.
 return guarded(function()
@@ -43,8 +46,8 @@ return guarded(function()
         expires = pttl >= 0 and now + pttl or pttl
     end
     local holders = {} -- of a semaphore or a shared lock: id, lease left
-    if kind == "zset" then
-        local all = call("ZRANGE", KEYS[1], 0, -1, "WITHSCORES")
+    if (owner == "redislock:permits" or owner == "redislock:shared") and call("TYPE", KEYS[5]).ok == "zset" then
+        local all = call("ZRANGE", KEYS[5], 0, -1, "WITHSCORES")
         for i = 1, #all, 2 do
             local score = tonumber(all[i + 1])
             local token = string.sub(all[i], 1, 1) == "#"

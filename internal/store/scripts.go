@@ -63,7 +63,8 @@ func (s *Script) Replicated(r Replicas) *Script {
 var (
 	Acquire       = newScript(false, "fence.lua", "holders.lua", "acquire.lua")
 	PermitAcquire = newScript(false, "fence.lua", "holders.lua", "permit_acquire.lua")
-	Extend        = newScript(false, "holders.lua", "extend.lua")
+	Extend        = newScript(false, "extend.lua")
+	ExtendHolders = newScript(false, "holders.lua", "extend_holders.lua")
 	Release       = newScript(false, "record.lua", "holders.lua", "release.lua")
 	TTL           = newScript(true, "holders.lua", "ttl.lua")
 	FairAcquire   = newScript(false, "fence.lua", "holders.lua", "fair_acquire.lua")
@@ -99,5 +100,5 @@ func Files() map[string]string {
 
 // All returns every script.
 func All() []*Script {
-	return []*Script{Acquire, PermitAcquire, Extend, Release, TTL, FairAcquire, FairRelease, Inspect, Break, Leader, Proclaim}
+	return []*Script{Acquire, PermitAcquire, Extend, ExtendHolders, Release, TTL, FairAcquire, FairRelease, Inspect, Break, Leader, Proclaim}
 }
