@@ -43,7 +43,7 @@ func isRenewal(cmds []redis.Cmder) bool {
 		return false
 	}
 	switch cmds[0].Args()[1] {
-	case extendScript.Hash(), sources[extendScript]:
+	case extendScript.Hash(), sources[extendScript], extendHolders.Hash(), sources[extendHolders]:
 		return true
 	}
 	return false
