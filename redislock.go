@@ -163,7 +163,8 @@ func (rl *RedisLock) ReleaseCtx(ctx context.Context) (bool, error) {
 // turns out to be gone or taken, the hold ends with ErrLockLost and the error
 // matches both; so does every TTL after a hold ended, with its reason, until
 // its acquisitions are released. A negative duration means someone removed
-// the key's expiry.
+// the key's expiry. Of a semaphore or a shared lock, it is the holder's own
+// lease, by the server's clock, whatever the key's expiry.
 func (rl *RedisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := rl.check(ctx); err != nil {
 		return 0, err

@@ -238,6 +238,50 @@ func TestSharedAndGoZero(t *testing.T) {
 	mustRelease(t, viaZero)
 }
 
+// Found by the black-box review of issue 36: our own scripts' replies to a
+// caller's mistake (ErrWrongKind, ErrCorruptFencingCounter) were error
+// replies, which go-zero's breaker counted: about 50 of them through
+// go-zero's store opened it, and it then refused every call of that store,
+// the renewals and releases of other holds included. They are statuses now.
+func TestCallersMistakesLeaveGoZeroBreakerClosed(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	z := goZeroStore(t, srv.Addr)
+	sem := NewRedisLock(z, "s", WithPermits(1))
+	mustAcquire(t, sem)
+	theirs := zredis.NewRedisLock(z, "z")
+	if ok, err := theirs.AcquireCtx(ctx); !ok || err != nil {
+		t.Fatalf("go-zero's lock of z: %v, %v", ok, err)
+	}
+	must(t, admin.Set(ctx, relatedName("c", "fence"), "not a number", 0).Err())
+	mistakes := map[string]struct {
+		rl   *RedisLock
+		want error
+	}{
+		"a lock on a semaphore":           {NewRedisLock(z, "s"), ErrWrongKind},
+		"a semaphore of another n":        {NewRedisLock(z, "s", WithPermits(2)), ErrWrongKind},
+		"a share on a semaphore":          {NewRedisLock(z, "s", WithShared()), ErrWrongKind},
+		"a semaphore on go-zero's lock":   {NewRedisLock(z, "z", WithPermits(1)), ErrWrongKind},
+		"a fair semaphore on a semaphore": {NewRedisLock(z, "s", WithPermits(3), WithFairness()), ErrWrongKind},
+		"a corrupt fencing counter":       {NewRedisLock(z, "c", WithFencing()), ErrCorruptFencingCounter},
+	}
+	for range 100 { // go-zero's breaker opened after about 50
+		for what, m := range mistakes {
+			if ok, err := m.rl.AcquireCtx(ctx); ok || !errors.Is(err, m.want) {
+				t.Fatalf("%s: %v, %v; want %v", what, ok, err, m.want)
+			}
+		}
+	}
+	if err := z.SetCtx(ctx, "probe", "1"); err != nil {
+		t.Fatalf("go-zero's store after our refusals: %v", err)
+	}
+	mustRelease(t, sem)
+	if ok, err := theirs.ReleaseCtx(ctx); !ok || err != nil {
+		t.Fatalf("go-zero's release of z: %v, %v", ok, err)
+	}
+}
+
 // TestHoldersKeyLayout (issue 36): a semaphore's or a shared lock's key is
 // a string that names its kind, its holders a sorted set in a related key;
 // both live as long as the longest lease, are renewed together, and go with

@@ -14,7 +14,7 @@
 --        ARGV[2] ms): status "OK", or with KEYS[4] an array {"OK", token}
 --        (see fence.lua). Otherwise an integer: the holder's remaining
 --        lease in ms (PTTL), -1 when the key has no expiry, 0 for an attempt
---        already given up. The error REDISLOCK_KIND on a semaphore's key
+--        already given up. The status REDISLOCK_KIND (call.lua) on a semaphore's key
 --        (holders.lua), REDISLOCK_CORRUPT_COUNTER (fence.lua),
 --        or a refusal (call.lua): the lock was not taken, and KEYS[1] was
 --        given back if this call had set it (a refusal of that DEL says

@@ -43,7 +43,11 @@ local function need(command, key, ...)
 end
 
 -- guarded runs body and returns its reply, or the error reply of what it
--- raised (Redis 7 hands pcall an error's text, not its table).
+-- raised (Redis 7 hands pcall an error's text, not its table). The
+-- mistakes of a caller that a script finds, REDISLOCK_KIND and
+-- REDISLOCK_CORRUPT_COUNTER, are replied as a status of that text, not an
+-- error: the server did what was asked, and a client's circuit breaker
+-- (go-zero's counts every error reply) must not count them against it.
 --
 -- A call that the client follows with WAIT (Replicas in scripts.go) ends
 -- its ARGV with "redislock:replicas=<n>", which guarded takes off. With
@@ -81,6 +85,13 @@ local function guarded(body)
         end
         return reply
     end)
+    local text = not ok and (type(reply) == "table" and reply.err or reply)
+    for _, mistake in ipairs({"REDISLOCK_KIND ", "REDISLOCK_CORRUPT_COUNTER "}) do
+        local at = type(text) == "string" and string.find(text, mistake, 1, true)
+        if at then
+            return {ok = string.sub(text, at)} -- a status: no breaker counts it a failure
+        end
+    end
     if ok or type(reply) == "table" then
         return reply
     end

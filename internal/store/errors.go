@@ -47,9 +47,14 @@ const corruptCounterReply = "REDISLOCK_CORRUPT_COUNTER "
 const refusalMark = " [redislock: "
 
 // checkReply turns what a script call returned into our reply and error:
-// a nil reply is ErrUnexpectedReply, and an error reply of Redis a
+// a nil reply is ErrUnexpectedReply, a status naming a caller's mistake
+// ErrWrongKind or ErrCorruptFencingCounter, and an error reply of Redis a
 // Refusal, of command on key unless call.lua names another.
 func checkReply(reply any, err error, command, key string) (any, error) {
+	if status, ok := reply.(string); ok && err == nil &&
+		(strings.HasPrefix(status, wrongKindReply) || strings.HasPrefix(status, corruptCounterReply)) {
+		reply, err = nil, errors.New(status) // a caller's mistake, replied as a status (see call.lua)
+	}
 	var e redis.Error
 	switch {
 	case err != nil && strings.Contains(err.Error(), corruptCounterReply):

@@ -41,7 +41,7 @@
 --        or a third of an exclusive waiter's mark when shorter (see above);
 --        seq is this waiter's score in the queue (0 when ARGV[3] is "0").
 --        The integer 0 for an attempt given up (its id is in KEYS[2]).
---        The error REDISLOCK_CORRUPT_COUNTER as acquire.lua, or a refusal
+--        The status REDISLOCK_CORRUPT_COUNTER as acquire.lua, or a refusal
 --        (call.lua): the lock was not taken (a lock handed to the waiter
 --        stays its own, with the lease it was handed), and the waiter is
 --        where it was in the queue, or out of it.

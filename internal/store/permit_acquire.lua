@@ -15,7 +15,7 @@
 --        integer: how long until a permit frees at the latest (the first
 --        holder's lease to end), until an exclusive holder's wait ends
 --        (shared), the PTTL of an exclusive holder's key (shared: a string;
---        -1 without expiry), or 0 for an attempt given up. The error
+--        -1 without expiry), or 0 for an attempt given up. The status
 --        REDISLOCK_KIND when KEYS[1] is another kind than asked for (a lock,
 --        a semaphore of another number of permits, a shared lock, or a key
 --        of another type), or a refusal (call.lua): nothing was changed.

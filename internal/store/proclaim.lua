@@ -15,7 +15,7 @@
 -- Reply: 1 when KEYS[1] holds ARGV[1], and the value is set and
 --        published; 2 when so, but Redis refused the PUBLISH (an ACL
 --        without the channel); 0 when KEYS[1] does not hold ARGV[1]
---        (nothing written). The error REDISLOCK_KIND when KEYS[2] is not
+--        (nothing written). The status REDISLOCK_KIND when KEYS[2] is not
 --        a string; a refusal as call.lua says.
 return guarded(function()
     if get(KEYS[1]) ~= ARGV[1] then

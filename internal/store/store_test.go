@@ -105,6 +105,17 @@ func TestRefusalNamesTheCommand(t *testing.T) {
 	if _, err := checkReply(nil, proto("REDISLOCK_CORRUPT_COUNTER {k}:redislock:fence"), "EVALSHA", "k"); !errors.Is(err, ErrCorruptFencingCounter) || errors.Is(err, ErrRefused) {
 		t.Errorf("a corrupt counter: %v", err)
 	}
+	// The same mistakes as call.lua replies them: statuses, for no breaker to count.
+	if _, err := checkReply("REDISLOCK_CORRUPT_COUNTER {k}:redislock:fence", nil, "EVALSHA", "k"); !errors.Is(err, ErrCorruptFencingCounter) || errors.Is(err, ErrRefused) {
+		t.Errorf("a corrupt counter's status: %v", err)
+	}
+	if _, err := checkReply("REDISLOCK_KIND k is a semaphore", nil, "EVALSHA", "k"); !errors.Is(err, ErrWrongKind) || errors.Is(err, ErrRefused) ||
+		!strings.HasSuffix(err.Error(), "k is a semaphore") {
+		t.Errorf("a wrong kind's status: %v", err)
+	}
+	if reply, err := checkReply("OK", nil, "EVALSHA", "k"); reply != "OK" || err != nil {
+		t.Errorf("OK: %v, %v", reply, err)
+	}
 	if _, err := checkReply(nil, redis.Nil, "EVALSHA", "k"); !errors.Is(err, ErrUnexpectedReply) {
 		t.Errorf("redis.Nil: %v", err)
 	}
