@@ -36,8 +36,8 @@ return guarded(function()
         -- false when taken; else what the key holds
         old = not call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) and get(KEYS[1])
     end
-    if old == PERMITS or old == SHARED then -- a semaphore, a shared lock (holders.lua)
-        old = holders(1, 3).exclusive()
+    if named(old) then -- a semaphore, a shared lock (holders.lua)
+        old = holders(1, 3).exclusive(old)
         if type(old) == "number" and old > 0 then
             return old -- a wait for a shared lock's holders: attempt again then
         end

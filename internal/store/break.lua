@@ -36,7 +36,7 @@ return guarded(function()
     end
     local owner = get(KEYS[1])
     local pttl = call("PTTL", KEYS[1])
-    local h = (owner == PERMITS or owner == SHARED) and holders(1, 3)
+    local h = named(owner) and holders(1, 3)
     if h then -- a semaphore or a shared lock: ARGV[1] leaves, or all do
         owner = ARGV[1]
         if owner ~= "" and not h.score(owner) then

@@ -19,7 +19,7 @@ return guarded(function()
         local id, lease = ARGV[2 * i - 1], ARGV[2 * i]
         renewed[i] = 0
         local value = get(KEYS[2 * i - 1])
-        if (value == PERMITS or value == SHARED) and zscore(2 * i, id) then
+        if named(value) and zscore(2 * i, id) then
             if not ms then
                 local t = check(redis.pcall("TIME"), "TIME")
                 ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -19,6 +19,11 @@
 -- another's way.
 local PERMITS, SHARED = "redislock:permits", "redislock:shared"
 
+-- named reports whether a key's value names a semaphore or a shared lock.
+local function named(value)
+    return value == PERMITS or value == SHARED
+end
+
 -- zscore returns the score of member in KEYS[i], or nil when KEYS[i] is
 -- missing, has no such member, or is no sorted set.
 local function zscore(i, member)
@@ -58,12 +63,6 @@ local function holders(k, hk)
         error(redis.error_reply("REDISLOCK_KIND " .. KEYS[k] .. " " .. what))
     end
 
-    -- kindOf returns what K's value says it is, as wrongKind words it.
-    local function kindOf(value)
-        return value == PERMITS and "is a semaphore" or value == SHARED and "is a shared lock"
-            or value ~= 0 and "is a lock" or "is not a lock"
-    end
-
     -- ours returns the score of the mark of K as a semaphore of n permits
     -- (0: a shared lock), nil when K is missing (or its holders are), false
     -- when it holds another string and n is 0 (an exclusive holder's); it
@@ -82,7 +81,8 @@ local function holders(k, hk)
         elseif n == 0 and type(value) == "string" and value ~= PERMITS then
             return false
         end
-        wrongKind(kindOf(value))
+        wrongKind(value == PERMITS and "is a semaphore" or value == SHARED and "is a shared lock"
+            or value ~= 0 and "is a lock" or "is not a lock")
     end
 
     -- count returns how many holders K has.
@@ -150,13 +150,13 @@ local function holders(k, hk)
     end
 
     -- exclusive is the attempt of an exclusive holder (ARGV[1], lease ARGV[2]
-    -- ms) on K, which holds PERMITS or SHARED. A semaphore raises
+    -- ms) on K, which holds value, PERMITS or SHARED. A semaphore raises
     -- REDISLOCK_KIND. A shared lock without holders is deleted and taken: it
     -- returns false. One with holders is held: it returns 0, as get does;
     -- with ARGV[3], the exclusive holder waits, no new share is given for
     -- ARGV[3] ms, and it returns when to attempt again, within ARGV[3] / 3.
-    local function exclusive()
-        if get(KEYS[k]) == PERMITS then
+    local function exclusive(value)
+        if value == PERMITS then
             wrongKind("is a semaphore")
         end
         need("ZCOUNT", KEYS[hk])
@@ -179,6 +179,6 @@ local function holders(k, hk)
         return (pttl < 1 or pttl > ARGV[3] / 3) and math.max(math.floor(ARGV[3] / 3), 1) or pttl
     end
 
-    return {clock = clock, score = score, wrongKind = wrongKind, kindOf = kindOf, ours = ours, count = count,
+    return {clock = clock, score = score, wrongKind = wrongKind, ours = ours, count = count,
         drop = drop, outlive = function(lease) outlive(lease, hk, k) end, first = first, join = join, leave = leave, exclusive = exclusive}
 end

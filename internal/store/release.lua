@@ -27,7 +27,7 @@
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
     local value = get(KEYS[1])
-    local h = (value == PERMITS or value == SHARED) and holders(1, 3) -- a semaphore's key, or a shared lock's
+    local h = named(value) and holders(1, 3) -- a semaphore's key, or a shared lock's
     local owned = value == ARGV[1] or h and h.score(ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])
     local ttl = KEYS[4] and call("PTTL", KEYS[4])

@@ -12,7 +12,7 @@ return guarded(function()
     if value == ARGV[1] then
         return call("PTTL", KEYS[1])
     end
-    local h = (value == PERMITS or value == SHARED) and holders(1, 2)
+    local h = named(value) and holders(1, 2)
     local left = h and (h.score(ARGV[1]) or 0) - h.clock()
     if left and left > 0 then -- a holder of a semaphore or a shared lock
         return left
