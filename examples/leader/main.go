@@ -171,11 +171,14 @@ func lead(ctx context.Context, c config, e *redislock.Election, out io.Writer) (
 				continue
 			}
 		}
-		// Shutting down: the next candidate leads within a round trip.
+		// Shutting down: the next candidate leads within a round trip, so
+		// the line comes first.
+		fmt.Fprintf(out, "%s: resigning\n", c.name)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		err := e.Resign(rctx)
+		if err := e.Resign(rctx); err != nil {
+			fmt.Fprintf(out, "%s: resign failed: %v\n", c.name, err)
+		}
 		cancel()
-		fmt.Fprintf(out, "%s: resigned (%v)\n", c.name, err)
 		return true
 	}
 }

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 var (
 	leadingLine = regexp.MustCompile(`^(\w+): leading, term (\d+)$`)
 	runLine     = regexp.MustCompile(`^(\w+): job run \d+ in term (\d+)$`)
-	endLine     = regexp.MustCompile(`^(\w+): (resigned|no longer leading)`)
+	endLine     = regexp.MustCompile(`^(\w+): (resigning|no longer leading)`)
 )
 
 // checkTerms checks a run's output: the job runs only in the term of the
@@ -78,7 +78,7 @@ func TestDemo(t *testing.T) {
 	demo(context.Background(), config{key: "report-job", every: 20 * time.Millisecond, lease: time.Second, runs: 3},
 		redis.MustNewRedis(redis.RedisConf{Host: mr.Addr(), Type: redis.NodeType, NonBlock: true, DisableIdentity: true}), &out)
 	led := checkTerms(t, out.String())
-	if len(led) != 3 || strings.Count(out.String(), "job run") != 9 || !strings.Contains(out.String(), "every replica led") {
+	if len(led) != 3 || strings.Count(out.String(), "job run") != 9 || strings.Contains(out.String(), "resign failed") || !strings.Contains(out.String(), "every replica led") {
 		t.Fatalf("want a, b and c to lead in turn for 3 runs each; led %v:\n%s", led, out.String())
 	}
 }
