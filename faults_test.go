@@ -75,9 +75,10 @@ func (fc *faultCount) replyDropped(px *faultProxy, what string, call func()) {
 	}
 }
 
-// retryingStores makes, each on demand, a go-redis client (MaxRetries 3)
-// and go-zero's store, both through px: the clients that send a call
-// again when its reply is lost.
+// retryingStores makes, each on demand, a go-redis client (MaxRetries 3),
+// go-zero's store and another go-redis client's AutoPipeliner, all through
+// px: the clients that send a call again when its reply is lost (the
+// pipeliner sends its whole batch again).
 func retryingStores(t *testing.T, px *faultProxy) map[string]func() Scripter {
 	return map[string]func() Scripter{
 		"go-redis": func() Scripter {
@@ -86,6 +87,11 @@ func retryingStores(t *testing.T, px *faultProxy) map[string]func() Scripter {
 			return FromGoRedis(c)
 		},
 		"go-zero": func() Scripter { return goZeroStore(t, px.Addr()) },
+		"go-redis AutoPipeliner": func() Scripter {
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { _ = c.Close() })
+			return FromGoRedis(autoPipeline(t, c))
+		},
 	}
 }
 
@@ -544,11 +550,26 @@ redis.call("RPUSH", KEYS[2], ARGV[1])
 return 1`)
 
 func TestFaultFlakyNetwork(t *testing.T) {
+	t.Run("go-redis", func(t *testing.T) { flakyNetwork(t, "4. delays, drops and cuts (TCP proxy)", false) })
+	t.Run("AutoPipeliner", func(t *testing.T) {
+		flakyNetwork(t, "4b. delays, drops and cuts (TCP proxy), through an AutoPipeliner", true)
+	})
+}
+
+// flakyNetwork runs case 4: the locks' calls through a go-redis client,
+// or its AutoPipeliner (all of them then share its batches: a cut or a
+// delay meets every call in flight at once, and a wait given up may leave
+// its attempt in a batch).
+func flakyNetwork(t *testing.T, name string, pipelined bool) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	px := startProxy(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: px.Addr(), DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, PoolSize: 32})
 	t.Cleanup(func() { _ = c.Close() })
+	var s redis.Scripter = c
+	if pipelined {
+		s = autoPipeline(t, c)
+	}
 
 	type belief struct {
 		from, to time.Time
@@ -563,7 +584,7 @@ func TestFaultFlakyNetwork(t *testing.T) {
 		wg      sync.WaitGroup
 	)
 	for g := 0; g < 8; g++ {
-		rl := NewRedisLock(FromGoRedis(c), "flaky", WithExpiry(300*time.Millisecond), WithFencing())
+		rl := NewRedisLock(FromGoRedis(s), "flaky", WithExpiry(300*time.Millisecond), WithFencing())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -659,7 +680,7 @@ func TestFaultFlakyNetwork(t *testing.T) {
 		t.Fatalf("only %d holds in %v: the test tested nothing", len(beliefs), time.Since(start))
 	}
 	recordFault(t, faultRow{
-		Case: "4. delays, drops and cuts (TCP proxy)", Injection: "200ms faults between 200ms of calm: chunks delayed 20-500ms, 5% of chunks dropping the connection, all connections cut; lease 300ms",
+		Case: name, Injection: "200ms faults between 200ms of calm: chunks delayed 20-500ms, 5% of chunks dropping the connection, all connections cut; lease 300ms",
 		Promise: "no two holders believe they hold at once by their own Until; fenced writes strictly increase",
 		Runs:    int64(len(beliefs)), Faults: px.faults.Load(), Violations: overlaps + outOfOrder,
 	})
@@ -743,7 +764,7 @@ func TestFaultReplyLostAfterScriptRan(t *testing.T) {
 	}
 	recordFault(t, faultRow{
 		Case:      "8. reply lost after the script ran",
-		Injection: "the proxy closes the connection instead of forwarding the reply of an acquire, re-entry, TTL, release or renewal; go-redis and go-zero retry (MaxRetries 3)",
+		Injection: "the proxy closes the connection instead of forwarding the reply of an acquire, re-entry, TTL, release or renewal; go-redis (plain and through an AutoPipeliner) and go-zero retry (MaxRetries 3)",
 		Promise:   "an acquisition that ran has the lock, with its token; a release that ran is a release, not a loss; renewals and re-entries keep the lock",
 		Runs:      fc.runs, Faults: px.replyDrops.Load(), Violations: fc.violations,
 	})

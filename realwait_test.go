@@ -110,7 +110,7 @@ func TestRealReleaseEndsWaitNotLease(t *testing.T) {
 // attempts, one before subscribing, one once subscribed (both lose), and
 // one after the wake-up. It returns how long
 // after the release the waiter had the lock.
-func requireReleaseWakes(t *testing.T, c redis.UniversalClient, key string) time.Duration {
+func requireReleaseWakes(t *testing.T, c pipelined, key string) time.Duration {
 	t.Helper()
 	holder := NewRedisLock(FromGoRedis(c), key, WithExpiry(30*time.Second))
 	mustAcquire(t, holder)

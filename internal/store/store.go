@@ -120,6 +120,15 @@ func New(s Scripter) *Store {
 		switch c := s.c.(type) {
 		case *redis.Client:
 			st.Single = true
+		case *redis.AutoPipeliner:
+			// Its pipelines and pub/sub go to the client it pipelines for,
+			// which go-redis does not export: a Client's pipelines can
+			// carry WAIT after a script; a Cluster's cannot (WithReplicas
+			// is refused), and send batches to each key's node.
+			st.Single = pipelinesFor(c) == reflect.TypeFor[*redis.Client]()
+			if !st.Single {
+				st.node = nil
+			}
 		case *redis.ClusterClient:
 			st.server = func(ctx context.Context, key string) string { return addr(c.MasterForKey(ctx, key)) }
 			st.node = func(ctx context.Context, key string) (pipeline, string, error) {
@@ -147,6 +156,16 @@ func New(s Scripter) *Store {
 		}
 	}
 	return st
+}
+
+// pipelinesFor returns the type of the client ap pipelines for; nil when
+// this version of go-redis does not say.
+func pipelinesFor(ap *redis.AutoPipeliner) reflect.Type {
+	f := reflect.ValueOf(ap).Elem().FieldByName("pipeliner")
+	if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
+		return nil
+	}
+	return f.Elem().Type()
 }
 
 // IsGoZero reports whether s is go-zero's store.
