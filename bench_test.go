@@ -920,3 +920,79 @@ func BenchmarkElection(b *testing.B) {
 		b.ReportMetric(micros(rt), "round-trip-µs")
 	})
 }
+
+// BenchmarkServerWork: redis-server's CPU per acquire+release pair, the
+// pairs sent in pipelines of 100 so that what is measured is the server's
+// work, not its network: the raw go-redis pair, then ours (a lock, a
+// fenced lock, a permit beside another holder, a share beside another),
+// in alternating blocks, each on keys of its own. It reports server µs
+// per pair and ours over raw.
+func BenchmarkServerWork(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	type call struct {
+		script *redis.Script
+		keys   []string
+		args   []any
+	}
+	for _, kind := range []struct {
+		name string
+		opts []Option
+	}{{"lock", nil}, {"fenced", []Option{WithFencing()}}, {"semaphore", []Option{WithPermits(8)}}, {"shared", []Option{WithShared()}}} {
+		b.Run("kind="+kind.name, func(b *testing.B) {
+			const batch = 100
+			var raw, ours []call
+			for i := range batch {
+				key := fmt.Sprint("bench:work:", kind.name, ":", i)
+				rl := NewRedisLock(FromGoRedis(c), key, kind.opts...)
+				id := fmt.Sprintf("bench-work-owner-%08d", i)
+				take := call{acquireScript, rl.names.acquire, []any{id, int64(30000)}}
+				if rl.mode == permitMode { // another holder keeps the key, as in a busy semaphore
+					mustAcquire(b, NewRedisLock(FromGoRedis(c), key, kind.opts...))
+					take = call{store.PermitAcquire.Script, rl.names.acquire, []any{id, int64(30000), rl.opts.permits}}
+				}
+				ours = append(ours, take, call{rl.mode.release.Script, rl.names.release, []any{id, rl.names.channel}})
+				rawKeys := []string{"bench:work:raw:" + kind.name + ":" + strconv.Itoa(i)}
+				raw = append(raw, call{rawAcquire, rawKeys, []any{id, int64(30000)}}, call{rawRelease, rawKeys, []any{id}})
+			}
+			run := func(calls []call, n int) float64 {
+				cpu := serverCPU(b, c)
+				for range n {
+					cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for _, call := range calls {
+							p.EvalSha(ctx, call.script.Hash(), call.keys, call.args...)
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := 0; i < len(cmds); i += 2 {
+						v, _ := cmds[i].(*redis.Cmd).Result()
+						if token, ok := v.([]any); ok && len(token) == 2 { // fenced: {"OK", token}
+							v = token[0]
+						}
+						if v != "OK" {
+							b.Fatalf("acquisition %d: %v", i/2, v)
+						}
+					}
+				}
+				return serverCPU(b, c) - cpu
+			}
+			run(ours, 1)
+			run(raw, 1)
+			b.ResetTimer()
+			blocks := max(b.N/batch, 1)
+			var rawCPU, oursCPU float64
+			for i := 0; i < blocks; i += 10 {
+				n := min(10, blocks-i)
+				rawCPU += run(raw, n)
+				oursCPU += run(ours, n)
+			}
+			pairs := float64(blocks * batch)
+			b.ReportMetric(rawCPU*1e6/pairs, "raw-server-µs/pair")
+			b.ReportMetric(oursCPU*1e6/pairs, "server-µs/pair")
+			b.ReportMetric(oursCPU/rawCPU, "server-ratio")
+		})
+	}
+}

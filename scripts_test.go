@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"regexp"
 	"strconv"
@@ -11,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redislock/redislock/internal/store"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redislock/redislock/internal/redisserver"
+	"github.com/redislock/redislock/internal/store"
 )
 
 // TestScriptsDeclareEveryKey: every key a script touches is passed in KEYS
@@ -283,4 +285,108 @@ func TestScriptsTouchOnlyTheirKeys(t *testing.T) {
 		t.Fatalf("only %d commands run by scripts seen", checked)
 	}
 	t.Logf("%d commands run by %d scripts, each within its call's KEYS", checked, len(sources))
+}
+
+// TestFastPathsDoAsTheScripts: acquire_fast.lua and release_fast.lua, the
+// common cases done before a script makes its functions, leave Redis as
+// the scripts without them do, and reply the same, from every state they
+// may meet: each state is made twice, on two keys, and the call runs with
+// and without its fast path.
+func TestFastPathsDoAsTheScripts(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	const id, other = "the-callers-id-0123456789", "another-owner-0123456789"
+	type keys struct{ k, abandoned, holders, releases string }
+	keysOf := func(k string) keys {
+		return keys{k, relatedName(k, "abandoned"), relatedName(k, "holders"), relatedName(k, "releases")}
+	}
+	sem := func(kind string, n int, holder string) func(keys) {
+		return func(ks keys) {
+			must(t, c.Set(ctx, ks.k, kind, 10*time.Second).Err())
+			must(t, c.ZAdd(ctx, ks.holders, redis.Z{Score: float64(-n), Member: kind},
+				redis.Z{Score: float64(time.Now().Add(10 * time.Second).UnixMilli()), Member: holder}).Err())
+			must(t, c.PExpire(ctx, ks.holders, 10*time.Second).Err())
+		}
+	}
+	states := map[string]func(keys){
+		"free":                 func(keys) {},
+		"held by another":      func(ks keys) { must(t, c.Set(ctx, ks.k, other, 10*time.Second).Err()) },
+		"held without expiry":  func(ks keys) { must(t, c.Set(ctx, ks.k, other, 0).Err()) },
+		"held by this id":      func(ks keys) { must(t, c.Set(ctx, ks.k, id, 10*time.Second).Err()) },
+		"given up":             func(ks keys) { must(t, c.SAdd(ctx, ks.abandoned, id).Err()) },
+		"given up, another":    func(ks keys) { must(t, c.SAdd(ctx, ks.abandoned, other).Err()) },
+		"abandoned not a set":  func(ks keys) { must(t, c.Set(ctx, ks.abandoned, "x", 0).Err()) },
+		"not a string":         func(ks keys) { must(t, c.RPush(ctx, ks.k, "x").Err()) },
+		"an outsider's prefix": func(ks keys) { must(t, c.Set(ctx, ks.k, "redislock:mine", 10*time.Second).Err()) },
+		"semaphore":            sem("redislock:permits", 2, other),
+		"semaphore, ours":      sem("redislock:permits", 2, id),
+		"shared":               sem("redislock:shared", 0, other),
+		"released by this id": func(ks keys) {
+			at := (int(id[0]) + 7*int(id[1])) % 64 * len(id)
+			must(t, c.SetRange(ctx, ks.releases, int64(at), id).Err())
+			must(t, c.PExpire(ctx, ks.releases, 10*time.Second).Err())
+		},
+		"releases not a string": func(ks keys) { must(t, c.RPush(ctx, ks.releases, "x").Err()) },
+	}
+	// dump describes what a call left: each key's type and value, a
+	// sorted set's members by whether their score is a lease's end, and
+	// whether each key expires.
+	dump := func(ks keys) string {
+		var b strings.Builder
+		for _, k := range []string{ks.k, ks.abandoned, ks.holders, ks.releases} {
+			typ := c.Type(ctx, k).Val()
+			fmt.Fprintf(&b, "%s:%s", k[strings.Index(k, "|")+1:], typ)
+			switch typ {
+			case "string":
+				fmt.Fprintf(&b, "=%q", strings.TrimRight(c.Get(ctx, k).Val(), "\x00"))
+			case "set":
+				fmt.Fprint(&b, c.SMembers(ctx, k).Val())
+			case "zset":
+				for _, z := range c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+					fmt.Fprintf(&b, " %v@%v", z.Member, z.Score > 1e12)
+				}
+			case "list":
+				fmt.Fprint(&b, c.LRange(ctx, k, 0, -1).Val())
+			}
+			fmt.Fprintf(&b, " expires:%v; ", c.PTTL(ctx, k).Val() > 0)
+		}
+		return b.String()
+	}
+	calls := []struct {
+		name   string
+		script *store.Script
+		fast   string
+		keys   func(keys) []string
+		args   []any
+	}{
+		{"acquire", store.Acquire, "acquire_fast.lua", func(ks keys) []string { return []string{ks.k, ks.abandoned, ks.holders} }, []any{id, 5000}},
+		{"release", store.Release, "release_fast.lua", func(ks keys) []string { return []string{ks.k, ks.releases, ks.holders} }, []any{id, "channel"}},
+	}
+	for _, call := range calls {
+		fast := scriptSources()[call.fast]
+		full := call.script.Source()
+		if !strings.HasPrefix(full, fast) {
+			t.Fatalf("%s does not begin with %s", call.name, call.fast)
+		}
+		with := redis.NewScript(full)
+		without := redis.NewScript("local sent, read\n" + strings.TrimPrefix(full, fast))
+		for state, make := range states {
+			var replies, dumps [2]string
+			for i, script := range []*redis.Script{with, without} {
+				ks := keysOf(fmt.Sprintf("fast:%s:%s:%d|k", call.name, state, i))
+				make(ks)
+				reply, err := script.Run(ctx, c, call.keys(ks), call.args...).Result()
+				replies[i] = fmt.Sprintf("%v %v", reply, err)
+				replies[i] = strings.ReplaceAll(replies[i], fmt.Sprintf("fast:%s:%s:%d|", call.name, state, i), "")
+				if n, ok := reply.(int64); ok && n > 10 { // a PTTL: compare whether it is one
+					replies[i] = "a PTTL"
+				}
+				dumps[i] = dump(ks)
+			}
+			if replies[0] != replies[1] || dumps[0] != dumps[1] {
+				t.Errorf("%s, %s: with its fast path %s, %s\nwithout: %s, %s", call.name, state, replies[0], dumps[0], replies[1], dumps[1])
+			}
+		}
+	}
 }

@@ -26,7 +26,10 @@
 -- the lock, should its call reach the server late. A busy key costs two
 -- commands: SET NX GET (Redis 7.0; SET NX and GET before) and PTTL.
 return guarded(function()
-    local old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
+    local old = sent and sent[1] -- by acquire_fast.lua
+    if not sent then
+        old = redis.pcall("SET", KEYS[1], ARGV[1], "NX", "GET", "PX", ARGV[2])
+    end
     if type(old) == "table" then
         -- Before Redis 7.0 (a syntax error), or a key of another type than a
         -- string: else Redis refused the SET.

@@ -26,7 +26,12 @@
 --        the reply, so a late run of it will not take the lock (see
 --        acquire.lua). A refusal (call.lua): nothing was changed.
 return guarded(function()
-    local value = get(KEYS[1])
+    local value
+    if read and type(read[1]) ~= "table" then
+        value = read[1] -- by release_fast.lua
+    else
+        value = get(KEYS[1])
+    end
     local h = named(value) and holders(1, 3) -- a semaphore's key, or a shared lock's
     local owned = value == ARGV[1] or h and h.score(ARGV[1]) ~= nil
     local retried = not owned and released(ARGV[1])

@@ -17,7 +17,8 @@ import (
 //go:embed *.lua
 var lua embed.FS
 
-// A Script is one of our Lua scripts: call.lua, then its files.
+// A Script is one of our Lua scripts: its fast path (a *_fast.lua file)
+// if it has one, call.lua, then its other files.
 type Script struct {
 	*redis.Script
 	src      string   // for EVAL
@@ -61,11 +62,11 @@ func (s *Script) Replicated(r Replicas) *Script {
 
 // The scripts. fence.lua and holders.lua are functions that they share.
 var (
-	Acquire       = newScript(false, "fence.lua", "holders.lua", "acquire.lua")
+	Acquire       = newScript(false, "acquire_fast.lua", "fence.lua", "holders.lua", "acquire.lua")
 	PermitAcquire = newScript(false, "fence.lua", "holders.lua", "permit_acquire.lua")
 	Extend        = newScript(false, "extend.lua")
 	ExtendHolders = newScript(false, "holders.lua", "extend_holders.lua")
-	Release       = newScript(false, "record.lua", "holders.lua", "release.lua")
+	Release       = newScript(false, "release_fast.lua", "record.lua", "holders.lua", "release.lua")
 	TTL           = newScript(true, "holders.lua", "ttl.lua")
 	FairAcquire   = newScript(false, "fence.lua", "holders.lua", "fair_acquire.lua")
 	FairRelease   = newScript(false, "fence.lua", "record.lua", "holders.lua", "fair_release.lua")
@@ -77,7 +78,11 @@ var (
 
 func newScript(readOnly bool, files ...string) *Script {
 	var src strings.Builder
-	for _, f := range append([]string{"call.lua"}, files...) {
+	head := []string{"call.lua"}
+	if strings.HasSuffix(files[0], "_fast.lua") { // before call.lua's functions are made
+		head, files = []string{files[0], "call.lua"}, files[1:]
+	}
+	for _, f := range append(head, files...) {
 		b, _ := lua.ReadFile(f) // embedded: it reads
 		src.Write(b)
 	}
