@@ -251,8 +251,8 @@ func BenchmarkInterleaved(b *testing.B) {
 	b.Run("scripts", func(b *testing.B) {
 		var rawNs, scriptsNs time.Duration
 		keys := []string{"bench:i:raw"}
-		acquireKeys := []string{"bench:i:s", relatedName("bench:i:s", "abandoned")}
-		releaseKeys := []string{"bench:i:s", relatedName("bench:i:s", "releases")}
+		acquireKeys := []string{"bench:i:s", relatedName("bench:i:s", "abandoned"), relatedName("bench:i:s", "holders")}
+		releaseKeys := []string{"bench:i:s", relatedName("bench:i:s", "releases"), relatedName("bench:i:s", "holders")}
 		channel := relatedName("bench:i:s", "released")
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
@@ -995,4 +995,86 @@ func BenchmarkServerWork(b *testing.B) {
 			b.ReportMetric(oursCPU/rawCPU, "server-ratio")
 		})
 	}
+}
+
+// BenchmarkAutoPipeliner: acquire+release pairs through go-redis's
+// AutoPipeliner of the client beside the client itself. serial: one
+// goroutine, a pair through each in turn: the pipeliner's time over the
+// client's. saturated: 32 goroutines, a key each, in alternating phases
+// (the raw pair and ours, through the client and through the pipeliner):
+// pairs per second of each, and redis-server's CPU per pair through the
+// pipeliner, ours over raw.
+func BenchmarkAutoPipeliner(b *testing.B) {
+	c := benchClient(b)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		plain, piped := NewRedisLock(FromGoRedis(c), "bench:ap:plain"), NewRedisLock(FromGoRedis(ap), "bench:ap:piped")
+		spent := make([]time.Duration, 2)
+		for range b.N {
+			timePairs(b, []*RedisLock{plain, piped}, spent)
+		}
+		b.ReportMetric(float64(spent[1])/float64(spent[0]), "pipelined/plain")
+		b.ReportMetric(micros(spent[0])/float64(b.N), "plain-µs/pair")
+	})
+	b.Run("saturated", func(b *testing.B) {
+		const workers, rounds = 32, 4
+		per := max(b.N/(workers*rounds), 1)
+		clients := []redis.Scripter{c, ap}
+		phase := func(client int, ours bool) (float64, float64) {
+			cpu0, t0 := serverCPU(b, c), time.Now()
+			var wg sync.WaitGroup
+			for w := range workers {
+				key := fmt.Sprint("bench:ap:", client, ":", ours, ":", w)
+				rl := NewRedisLock(FromGoRedis(clients[client]), key)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						if !ours {
+							if err := rawAcquire.Run(ctx, clients[client], []string{key}, "fixed-owner-id-0123456789", 10000).Err(); err != nil {
+								b.Error(err)
+								return
+							}
+							if err := rawRelease.Run(ctx, clients[client], []string{key}, "fixed-owner-id-0123456789").Err(); err != nil {
+								b.Error(err)
+								return
+							}
+							continue
+						}
+						if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+							b.Error(ok, err)
+							return
+						}
+						if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+							b.Error(ok, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			return time.Since(t0).Seconds(), serverCPU(b, c) - cpu0
+		}
+		var secs, cpu [2][2]float64 // [client][ours]
+		b.ResetTimer()
+		for range rounds {
+			for client := range clients {
+				for o, ours := range []bool{false, true} {
+					s, u := phase(client, ours)
+					secs[client][o] += s
+					cpu[client][o] += u
+				}
+			}
+		}
+		pairs := float64(rounds * workers * per)
+		b.ReportMetric(pairs/secs[0][0], "raw-pairs/s")
+		b.ReportMetric(pairs/secs[0][1], "redislock-pairs/s")
+		b.ReportMetric(pairs/secs[1][0], "raw-pipelined-pairs/s")
+		b.ReportMetric(pairs/secs[1][1], "redislock-pipelined-pairs/s")
+		b.ReportMetric(cpu[1][1]/cpu[1][0], "pipelined-server-ratio")
+	})
 }
