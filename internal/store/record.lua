@@ -1,5 +1,6 @@
--- record.lua: put in front of the release scripts, after call.lua. The
--- record is their KEYS[2].
+-- record.lua: put in front of the release scripts, before their fast path
+-- and call.lua, whose functions it does not use. The record is their
+-- KEYS[2].
 --
 -- The record of a lock's recent releases, by which a client's retried
 -- release is told that it ran (release.lua): one string per lock of 64
@@ -10,8 +11,13 @@ local function slot(id)
     return (string.byte(id, 1) + 7 * string.byte(id, 2)) % 64 * #id
 end
 
+-- released reports whether id is in the record; a refusal of its GET is
+-- raised as call.lua's check does (a value of another type is no record).
 local function released(id)
-    local ids, at = get(KEYS[2]), slot(id)
+    local ids, at = redis.pcall("GET", KEYS[2]), slot(id)
+    if type(ids) == "table" and not string.find(ids.err, "^WRONGTYPE") then
+        error(redis.error_reply(ids.err .. " [redislock: GET " .. KEYS[2] .. "]"))
+    end
     return type(ids) == "string" and string.sub(ids, at + 1, at + #id) == id
 end
 

@@ -17,8 +17,7 @@ import (
 //go:embed *.lua
 var lua embed.FS
 
-// A Script is one of our Lua scripts: its fast path (a *_fast.lua file)
-// if it has one, call.lua, then its other files.
+// A Script is one of our Lua scripts, made of its files (see newScript).
 type Script struct {
 	*redis.Script
 	src      string   // for EVAL
@@ -62,27 +61,25 @@ func (s *Script) Replicated(r Replicas) *Script {
 
 // The scripts. fence.lua and holders.lua are functions that they share.
 var (
-	Acquire       = newScript(false, "acquire_fast.lua", "fence.lua", "holders.lua", "acquire.lua")
-	PermitAcquire = newScript(false, "fence.lua", "holders.lua", "permit_acquire.lua")
-	Extend        = newScript(false, "extend.lua")
-	ExtendHolders = newScript(false, "holders.lua", "extend_holders.lua")
-	Release       = newScript(false, "release_fast.lua", "record.lua", "holders.lua", "release.lua")
-	TTL           = newScript(true, "holders.lua", "ttl.lua")
-	FairAcquire   = newScript(false, "fence.lua", "holders.lua", "fair_acquire.lua")
-	FairRelease   = newScript(false, "fence.lua", "record.lua", "holders.lua", "fair_release.lua")
-	Inspect       = newScript(true, "inspect.lua")
-	Break         = newScript(false, "holders.lua", "break.lua")
-	Leader        = newScript(true, "leader.lua")
-	Proclaim      = newScript(false, "proclaim.lua")
+	Acquire       = newScript(false, "acquire_fast.lua", "call.lua", "fence.lua", "holders.lua", "acquire.lua")
+	PermitAcquire = newScript(false, "permit_acquire_fast.lua", "call.lua", "fence.lua", "holders.lua", "permit_acquire.lua")
+	Extend        = newScript(false, "call.lua", "extend.lua")
+	ExtendHolders = newScript(false, "call.lua", "holders.lua", "extend_holders.lua")
+	Release       = newScript(false, "record.lua", "release_fast.lua", "call.lua", "holders.lua", "release.lua")
+	TTL           = newScript(true, "call.lua", "holders.lua", "ttl.lua")
+	FairAcquire   = newScript(false, "call.lua", "fence.lua", "holders.lua", "fair_acquire.lua")
+	FairRelease   = newScript(false, "record.lua", "call.lua", "fence.lua", "holders.lua", "fair_release.lua")
+	Inspect       = newScript(true, "call.lua", "inspect.lua")
+	Break         = newScript(false, "call.lua", "holders.lua", "break.lua")
+	Leader        = newScript(true, "call.lua", "leader.lua")
+	Proclaim      = newScript(false, "call.lua", "proclaim.lua")
 )
 
+// newScript is the script of files, in order: a fast path first, if it
+// has one, made to run before call.lua makes its functions.
 func newScript(readOnly bool, files ...string) *Script {
 	var src strings.Builder
-	head := []string{"call.lua"}
-	if strings.HasSuffix(files[0], "_fast.lua") { // before call.lua's functions are made
-		head, files = []string{files[0], "call.lua"}, files[1:]
-	}
-	for _, f := range append(head, files...) {
+	for _, f := range files {
 		b, _ := lua.ReadFile(f) // embedded: it reads
 		src.Write(b)
 	}
