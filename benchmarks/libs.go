@@ -24,7 +24,8 @@ type lock interface {
 }
 
 // A library makes locks, and holds a lock with renewal (its own watchdog,
-// or the loop its documentation recommends) until stop is called.
+// or the loop its documentation recommends) until stop is called; raw
+// go-redis pairs hold nothing.
 type library struct {
 	name  string
 	new   func(key string) lock
@@ -40,13 +41,24 @@ var libraryNames = []string{"redislock", "go-zero", "bsm/redislock", "redsync", 
 // fairName is redislock with WithFairness, which takes part in the hot key.
 const fairName = "redislock, fair"
 
+// pipelinedName is redislock through go-redis's AutoPipeliner, and
+// rawPipelinedName the raw pair (rawPair) through one.
+const (
+	pipelinedName    = "redislock, AutoPipeliner"
+	rawPipelinedName = "raw go-redis, AutoPipeliner"
+)
+
+// pipelinedNames take part in the uncontended and saturated runs only,
+// after libraryNames.
+var pipelinedNames = []string{pipelinedName, rawPipelinedName}
+
 // newLibrary returns the named library, on the Redis at addr.
 func newLibrary(name, addr string) library {
 	switch name {
-	case "redislock":
-		return ours(addr, false)
-	case fairName:
-		return ours(addr, true)
+	case "redislock", fairName, pipelinedName:
+		return ours(name, addr)
+	case rawPipelinedName:
+		return rawLibrary(addr, true)
 	case "go-zero":
 		return goZero(addr)
 	case "bsm/redislock":
@@ -88,24 +100,58 @@ func (o oursLock) try(ctx context.Context) (bool, error) { return o.l.AcquireCtx
 func (o oursLock) wait(ctx context.Context) error        { return o.l.AcquireWait(ctx) }
 func (o oursLock) release(ctx context.Context) error     { _, err := o.l.ReleaseCtx(ctx); return err }
 
-func ours(addr string, fair bool) library {
+// ours returns redislock as name: "redislock", fairName (WithFairness) or
+// pipelinedName (through the client's AutoPipeliner).
+func ours(name, addr string) library {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	name, opts := "redislock", []redislock.Option{redislock.WithExpiry(lease)}
-	if fair {
-		name, opts = fairName, append(opts, redislock.WithFairness())
+	s, opts := redis.Scripter(c), []redislock.Option{redislock.WithExpiry(lease)}
+	switch name {
+	case fairName:
+		opts = append(opts, redislock.WithFairness())
+	case pipelinedName:
+		s = autoPipeline(c)
 	}
 	return library{
 		name: name,
 		new: func(key string) lock {
-			return oursLock{redislock.NewRedisLock(redislock.FromGoRedis(c), key, opts...)}
+			return oursLock{redislock.NewRedisLock(redislock.FromGoRedis(s), key, opts...)}
 		},
 		hold: func(key string) (func(), error) {
-			l := redislock.NewRedisLock(redislock.FromGoRedis(c), key, redislock.WithExpiry(lease))
+			l := redislock.NewRedisLock(redislock.FromGoRedis(s), key, redislock.WithExpiry(lease))
 			if ok, err := l.Acquire(); !ok || err != nil {
 				return nil, errors.Join(errors.New("not acquired"), err)
 			}
 			return func() { l.Release() }, nil // the watchdog renews it
 		},
+		close: func() { c.Close() },
+	}
+}
+
+// autoPipeline returns c's AutoPipeliner, which c.Close closes.
+func autoPipeline(c *redis.Client) *redis.AutoPipeliner {
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		panic(err)
+	}
+	return ap
+}
+
+// --- raw go-redis: the classic scripts (rawLock), the baseline.
+
+// rawLibrary returns raw go-redis pairs on a client of their own, through
+// its AutoPipeliner if pipelined (rawPipelinedName).
+func rawLibrary(addr string, pipelined bool) library {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	for _, script := range []*redis.Script{rawAcquire, rawRelease} {
+		script.Load(context.Background(), c)
+	}
+	name, s := "raw go-redis", redis.Scripter(c)
+	if pipelined {
+		name, s = rawPipelinedName, autoPipeline(c)
+	}
+	return library{
+		name:  name,
+		new:   func(key string) lock { return rawLock{c: s, keys: []string{key}} },
 		close: func() { c.Close() },
 	}
 }

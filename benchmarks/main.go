@@ -11,6 +11,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -84,9 +85,10 @@ func main() {
 	// turn, so that the loopback's drift over the run (10-20%, and more on
 	// a noisy day) hits every library alike.
 	const rounds = 6
+	measured := slices.Concat(libraryNames, pipelinedNames)
 	pairs := map[string]*[2][]time.Duration{}
 	for round := 0; round < rounds; round++ {
-		for _, name := range libraryNames {
+		for _, name := range measured {
 			lib := newLibrary(name, srv.addr)
 			if pairs[name] == nil {
 				pairs[name] = &[2][]time.Duration{}
@@ -117,34 +119,41 @@ func main() {
 		}
 	}
 	// Saturation: all goroutines raw, then all with the library, in
-	// alternating phases; time and redis-server CPU per pair of each.
+	// alternating phases; time and redis-server CPU per pair of each. Ours
+	// through an AutoPipeliner is against raw pairs through one.
 	saturation := map[string]*[4]float64{} // raw time, its time, raw CPU, its CPU
 	for round := 0; round < rounds; round++ {
-		for _, name := range libraryNames {
-			lib := newLibrary(name, srv.addr)
+		for _, name := range measured {
+			lib, base := newLibrary(name, srv.addr), rawLibrary(srv.addr, name == pipelinedName)
 			if saturation[name] == nil {
 				saturation[name] = &[4]float64{}
 			}
 			admin.FlushAll(context.Background())
-			for i, v := range saturated(lib, srv.addr, admin, d/rounds) {
+			for i, v := range saturated(base, lib, admin, d/rounds) {
 				saturation[name][i] += v
 			}
 			lib.close()
+			base.close()
 		}
 	}
 	rtt := roundTrip(admin)
-	var rows []row
-	for _, name := range libraryNames {
-		lib := newLibrary(name, srv.addr)
-		r := row{lib: lib.name}
-		for i, t := range ratios[name] {
-			r.ratio[i] = float64(t[1]) / float64(t[0])
-		}
+	// measuredRow is name's row of the uncontended and saturated runs.
+	measuredRow := func(name string) row {
+		r := row{lib: name}
 		sat := saturation[name]
 		r.saturated = [3]float64{sat[1] / sat[0], sat[3] / sat[2], sat[3] / rounds}
 		for i := range r.uncontended {
 			times := pairs[name][i]
 			r.uncontended[i] = latency{perSec: float64(len(times)) / d.Seconds(), p50: pct(times, 50), p99: pct(times, 99)}
+		}
+		return r
+	}
+	var rows []row
+	for _, name := range libraryNames {
+		lib := newLibrary(name, srv.addr)
+		r := measuredRow(name)
+		for i, t := range ratios[name] {
+			r.ratio[i] = float64(t[1]) / float64(t[0])
 		}
 		for i, n := range []int{8, 32} {
 			admin.FlushAll(context.Background())
@@ -164,6 +173,11 @@ func main() {
 		r.hot[i] = hotKey(fairName, srv.addr, admin, n, d)
 	}
 	rows = append(rows, r)
+	for _, name := range pipelinedNames {
+		r := measuredRow(name)
+		r.pipelined = true
+		rows = append(rows, r)
+	}
 	var sems []semResult
 	for _, name := range semaphoreNames {
 		admin.FlushAll(context.Background())
@@ -201,6 +215,7 @@ type row struct {
 	saturated   [3]float64 // 32 goroutines in phases: time per pair over raw, server CPU per pair over raw, its server µs per pair
 	held        heldResult
 	hotOnly     bool // measured on the hot key only
+	pipelined   bool // through an AutoPipeliner: measured uncontended and saturated only
 }
 
 // uncontended runs g goroutines, each taking and releasing a key of its
@@ -239,22 +254,41 @@ func uncontended(lib library, g int, d time.Duration) []time.Duration {
 }
 
 // rawAcquire and rawRelease are the classic scripts, the baseline of
-// interleaved.
+// interleaved and saturated.
 var (
 	rawAcquire = redis.NewScript(`return redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])`)
 	rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 )
 
-// rawPair makes an acquire+release pair with raw go-redis EVALSHA of the
-// classic scripts on keys[0].
-func rawPair(ctx context.Context, c *redis.Client, keys []string) error {
-	if err := c.EvalSha(ctx, rawAcquire.Hash(), keys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
-		return fmt.Errorf("raw acquire: %w", err)
+// rawLock is raw go-redis EVALSHA of the classic scripts on keys[0], with
+// a fixed owner.
+type rawLock struct {
+	c    redis.Scripter
+	keys []string
+}
+
+func (r rawLock) try(ctx context.Context) (bool, error) {
+	if err := r.c.EvalSha(ctx, rawAcquire.Hash(), r.keys, "fixed-owner-id-0123456789", lease.Milliseconds()).Err(); err != nil {
+		return false, fmt.Errorf("raw acquire: %w", err)
 	}
-	if err := c.EvalSha(ctx, rawRelease.Hash(), keys, "fixed-owner-id-0123456789").Err(); err != nil {
+	return true, nil
+}
+func (rawLock) wait(context.Context) error { return errors.New("raw pairs do not wait") }
+func (r rawLock) release(ctx context.Context) error {
+	if err := r.c.EvalSha(ctx, rawRelease.Hash(), r.keys, "fixed-owner-id-0123456789").Err(); err != nil {
 		return fmt.Errorf("raw release: %w", err)
 	}
 	return nil
+}
+
+// rawPair makes an acquire+release pair with raw go-redis EVALSHA of the
+// classic scripts on keys[0].
+func rawPair(ctx context.Context, c redis.Scripter, keys []string) error {
+	l := rawLock{c: c, keys: keys}
+	if _, err := l.try(ctx); err != nil {
+		return err
+	}
+	return l.release(ctx)
 }
 
 // interleaved runs g goroutines for d, each making in turn an acquire and
@@ -304,47 +338,39 @@ func interleaved(lib library, addr string, g int, d time.Duration) (raw, its tim
 	return raw, its
 }
 
-// saturated runs 32 goroutines, each on a key of its own (one lock each),
-// for d in 4 pairs of phases: all raw go-redis EVALSHA pairs, then all the
-// library's pairs. It returns the time per pair of each (raw, the
-// library's) and redis-server's CPU per pair of each, in µs.
-func saturated(lib library, addr string, admin *redis.Client, d time.Duration) [4]float64 {
+// saturated runs 32 goroutines, each with a lock of its own of base (raw
+// go-redis EVALSHA pairs) and one of lib, for d in 4 pairs of phases: all
+// base's pairs, then all the library's. It returns the time per pair of
+// each (base's, the library's) and redis-server's CPU per pair of each, in
+// µs.
+func saturated(base, lib library, admin *redis.Client, d time.Duration) [4]float64 {
 	const workers, phases = 32, 4
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	defer c.Close()
 	ctx := context.Background()
-	for _, s := range []*redis.Script{rawAcquire, rawRelease} {
-		s.Load(ctx, c)
+	locks := func(l library, prefix string) []lock {
+		ls := make([]lock, workers)
+		for i := range ls {
+			ls[i] = l.new(fmt.Sprintf("%s%d", prefix, i))
+		}
+		return ls
 	}
-	locks := make([]lock, workers)
-	for i := range locks {
-		locks[i] = lib.new(fmt.Sprintf("bench:s:%d", i))
-	}
-	phase := func(raw bool) (pairs int64, took, cpu time.Duration) {
+	baseLocks, itsLocks := locks(base, "bench:sraw:"), locks(lib, "bench:s:")
+	phase := func(lib library, locks []lock) (pairs int64, took, cpu time.Duration) {
 		cpu0, t0 := serverCPU(admin), time.Now()
 		end := t0.Add(d / (2 * phases))
 		var n atomic.Int64
 		var wg sync.WaitGroup
-		for i := range workers {
+		for _, l := range locks {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rawKeys := []string{fmt.Sprintf("bench:sraw:%d", i)}
 				for time.Now().Before(end) {
-					if raw {
-						if err := rawPair(ctx, c, rawKeys); err != nil {
-							fmt.Fprintln(os.Stderr, err)
-							return
-						}
-					} else {
-						if ok, err := locks[i].try(ctx); !ok || err != nil {
-							fmt.Fprintln(os.Stderr, lib.name, "saturated try:", ok, err)
-							return
-						}
-						if err := locks[i].release(ctx); err != nil {
-							fmt.Fprintln(os.Stderr, lib.name, "release:", err)
-							return
-						}
+					if ok, err := l.try(ctx); !ok || err != nil {
+						fmt.Fprintln(os.Stderr, lib.name, "saturated try:", ok, err)
+						return
+					}
+					if err := l.release(ctx); err != nil {
+						fmt.Fprintln(os.Stderr, lib.name, "release:", err)
+						return
 					}
 					n.Add(1)
 				}
@@ -356,9 +382,9 @@ func saturated(lib library, addr string, admin *redis.Client, d time.Duration) [
 	var rawPairs, itsPairs int64
 	var rawT, itsT, rawCPU, itsCPU time.Duration
 	for range phases {
-		p, t, cpu := phase(true)
+		p, t, cpu := phase(base, baseLocks)
 		rawPairs, rawT, rawCPU = rawPairs+p, rawT+t, rawCPU+cpu
-		p, t, cpu = phase(false)
+		p, t, cpu = phase(lib, itsLocks)
 		itsPairs, itsT, itsCPU = itsPairs+p, itsT+t, itsCPU+cpu
 	}
 	per := func(d time.Duration, n int64) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }

@@ -27,11 +27,12 @@ func writeResults(rows []row, sems []semResult, d, heldFor, rtt time.Duration) e
 		u := r.uncontended
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", r.lib, u[0].perSec, us(u[0].p50), us(u[0].p99), u[1].perSec, us(u[1].p50), us(u[1].p99))
 	}
+	fmt.Fprintf(&b, "\n*%s*: redislock on FromGoRedis(ap), ap the AutoPipeliner of its go-redis client (c.AutoPipeline()), which batches concurrent calls into pipelines. *%s*: the raw go-redis pair of the next section through one.\n", pipelinedName, rawPipelinedName)
 	fmt.Fprintf(&b, "\n## Against raw go-redis, interleaved\n\n")
 	fmt.Fprintf(&b, "Each goroutine makes, in turn, an acquire+release pair with raw go-redis EVALSHA of the classic scripts (SET NX PX; an owner-checked DEL) and one with the library, a new lock per pair as go-zero code does, each on a key of its own; the ratio is the library's time over the raw pairs' time, summed over 6 rounds of %v per library. 1.00 costs nothing over the Redis client.\n\n", d/6)
 	fmt.Fprintf(&b, "| library | 1 goroutine: ratio to raw | 16 goroutines: ratio to raw |\n|---|---|---|\n")
 	for _, r := range rows {
-		if !r.hotOnly {
+		if !r.hotOnly && !r.pipelined {
 			fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", r.lib, r.ratio[0], r.ratio[1])
 		}
 	}
@@ -43,6 +44,7 @@ func writeResults(rows []row, sems []semResult, d, heldFor, rtt time.Duration) e
 			fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.1f µs |\n", r.lib, r.saturated[0], r.saturated[1], r.saturated[2])
 		}
 	}
+	fmt.Fprintf(&b, "\nThe ratios of *%s* are to raw pairs through an AutoPipeliner (as *%s* makes them); those of every other row, *%s* included, to plain raw pairs.\n", pipelinedName, rawPipelinedName, rawPipelinedName)
 	fmt.Fprintf(&b, "\n## One hot key, 1 ms holds, contenders spread over %d processes, each library's own waiting\n\n", hotProcesses)
 	fmt.Fprintf(&b, "go-zero has no waiting: a 1 ms retry loop. bsm/redislock: ExponentialBackoff(2ms, 100ms). redsync: its default retry delay (50-250 ms at random). rueidislock: client-side caching invalidations. redislock: AcquireWait (pub/sub wake-ups; waiters of one process take turns, processes race). redislock, fair: AcquireWait with WithFairness (a queue in Redis; the release hands the lock over). Each process has one client per library; the contenders of a process are goroutines with a lock each. Handoff: from one holder's release call to the next different holder's acquisition, on the timeline of all processes merged. Commands: all Redis commands (total_commands_processed, commands inside scripts included) per acquisition.\n\n")
 	fmt.Fprintf(&b, "A round trip (PING, one client, idle) took %s at p50 in this run. The release call (from the call to its return, in the holder's process, under the same load) is the round trip a handoff of redislock's fair locks is made of: the next holder hears the release's message as the releaser hears its reply.\n\n", us(rtt))
@@ -50,6 +52,9 @@ func writeResults(rows []row, sems []semResult, d, heldFor, rtt time.Duration) e
 	for i, n := range []int{8, 32} {
 		fmt.Fprintf(&b, "%d contenders:\n\n| library | acq/s | holder changes/s | handoff p50 | p99 | release call p50 | commands/acq | fairness |\n|---|---|---|---|---|---|---|---|\n", n)
 		for _, r := range rows {
+			if r.pipelined {
+				continue
+			}
 			h := r.hot[i]
 			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s | %.1f | %.2f |\n", r.lib, h.perSec, h.switches, us(h.p50), us(h.p99), us(h.release), h.cmdsPer, h.minShare)
 		}
@@ -61,7 +66,7 @@ func writeResults(rows []row, sems []semResult, d, heldFor, rtt time.Duration) e
 	fmt.Fprintf(&b, "| library | client CPU | CPU per lock per second | redis-server CPU per renewal | RSS per held lock | goroutines | Redis commands/s |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		h := r.held
-		if r.hotOnly {
+		if r.hotOnly || r.pipelined {
 			continue
 		}
 		if h.err != "" {
@@ -92,21 +97,22 @@ func us(d time.Duration) string {
 	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 }
 
-// chart draws six bar charts, two by three, each where a user would
-// choose: for 32 contenders on the hot key over 4 processes, acquisitions
-// per second, fairness, Redis commands per acquisition and the handoff's
-// p99; client CPU per held lock per second while renewing; and
-// uncontended pairs per second with 32 goroutines. It shows where we are
-// behind as well as where we lead.
+// chart draws ten bar charts, two by five, each where a user would
+// choose: client CPU per held lock per second while renewing; uncontended
+// pairs per second with 1 and 32 goroutines; on the hot key over 4
+// processes, acquisitions per second for 8 and 32 contenders, and for 32
+// fairness, Redis commands per acquisition and the handoff's p99; the
+// semaphore's sections per second; and redis-server's CPU per pair,
+// saturated. It shows where we are behind as well as where we lead.
 func chart(rows []row, sems []semResult, heldFor time.Duration) string {
-	const w, panelH, pad, barH = 860, 60 + 36*6, 170, 24
+	const w, panelH, pad, barH = 860, 60 + 36*7, 190, 24
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, 5*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	panel := func(x0, y0 int, title string, value func(r row) float64, format string, hot bool) {
+	panel := func(x0, y0 int, title string, value func(r row) float64, format string, in func(r row) bool) {
 		var shown []row
 		for _, r := range rows {
-			if hot || !r.hotOnly {
+			if in(r) {
 				shown = append(shown, r)
 			}
 		}
@@ -131,25 +137,31 @@ func chart(rows []row, sems []semResult, heldFor time.Duration) string {
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">`+format+`</text>`+"\n", float64(x0+pad)+bw+6, y+17, v)
 		}
 	}
+	// Which rows a panel shows: the uncontended and saturated runs have no
+	// fair row, the hot key no pipelined rows, held locks neither.
+	measured := func(r row) bool { return !r.hotOnly }
+	hot := func(r row) bool { return !r.pipelined }
+	held := func(r row) bool { return !r.hotOnly && !r.pipelined }
 	// Where a user would choose: held locks, uncontended pairs, then the
 	// hot key; ours beside every peer, whoever leads.
 	panel(10, 0, "10,000 held locks: client µs per lock per s ↓", func(r row) float64 {
 		return float64(r.held.cpu.Microseconds()) / heldLocks / heldFor.Seconds()
-	}, "%.1f", false)
-	panel(w/2+10, 0, "uncontended pairs/s, 1 goroutine ↑", func(r row) float64 { return r.uncontended[0].perSec }, "%.0f", false)
-	panel(10, panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f", false)
-	panel(w/2+10, panelH, "8 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[0].perSec }, "%.0f", true)
-	panel(10, 2*panelH, "32 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[1].perSec }, "%.0f", true)
-	panel(w/2+10, 2*panelH, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", true)
-	panel(10, 3*panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", true)
-	panel(w/2+10, 3*panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", true)
+	}, "%.1f", held)
+	panel(w/2+10, 0, "uncontended pairs/s, 1 goroutine ↑", func(r row) float64 { return r.uncontended[0].perSec }, "%.0f", measured)
+	panel(10, panelH, "uncontended pairs/s, 32 goroutines ↑", func(r row) float64 { return r.uncontended[1].perSec }, "%.0f", measured)
+	panel(w/2+10, panelH, "8 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[0].perSec }, "%.0f", hot)
+	panel(10, 2*panelH, "32 contenders, 4 processes: acquisitions/s ↑", func(r row) float64 { return r.hot[1].perSec }, "%.0f", hot)
+	panel(w/2+10, 2*panelH, "32 contenders: fairness (1 = equal turns) ↑", func(r row) float64 { return r.hot[1].minShare }, "%.2f", hot)
+	panel(10, 3*panelH, "32 contenders: Redis commands per acquisition ↓", func(r row) float64 { return r.hot[1].cmdsPer }, "%.1f", hot)
+	panel(w/2+10, 3*panelH, "32 contenders: handoff p99 µs ↓", func(r row) float64 { return float64(r.hot[1].p99.Microseconds()) }, "%.0f", hot)
+	panel(w/2+10, 4*panelH, "saturated, 32 goroutines: redis-server µs per pair ↓", func(r row) float64 { return r.saturated[2] }, "%.1f", measured)
 	// The semaphore, as the rows of one more panel.
 	var semRows []row
 	for _, s := range sems {
 		semRows = append(semRows, row{lib: s.name, hot: [2]latency{{perSec: s.perSec}}})
 	}
 	rows = semRows
-	panel(10, 4*panelH, fmt.Sprintf("semaphore: %d workers, %d permits: sections/s ↑", semWorkers, permits), func(r row) float64 { return r.hot[0].perSec }, "%.0f", true)
+	panel(10, 4*panelH, fmt.Sprintf("semaphore: %d workers, %d permits: sections/s ↑", semWorkers, permits), func(r row) float64 { return r.hot[0].perSec }, "%.0f", hot)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -93,7 +94,7 @@ func semaphoreRun(name, addr string, d time.Duration) semResult {
 			for ctx.Err() == nil {
 				release, err := take(ctx, w)
 				if err != nil {
-					if ctx.Err() == nil {
+					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) { // a wait that cannot end before d does not begin
 						fmt.Fprintln(os.Stderr, name, "semaphore:", err)
 					}
 					return
