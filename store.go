@@ -21,8 +21,11 @@ type Scripter interface {
 }
 
 // FromGoRedis adapts a go-redis v9 client (Client, ClusterClient, Ring, a
-// failover client, or any UniversalClient) to Scripter. It returns nil for a
-// nil client, which NewRedisLock reports as ErrNilStore.
+// failover client, or any UniversalClient) to Scripter, or the
+// AutoPipeliner of a Client or a ClusterClient, through which concurrent
+// calls share round trips (WithReplicas is refused through a
+// ClusterClient's). It returns nil for a nil client, which NewRedisLock
+// reports as ErrNilStore.
 func FromGoRedis(c redis.Scripter) Scripter {
 	return store.GoRedis(c)
 }
