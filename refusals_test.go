@@ -1018,3 +1018,38 @@ func TestReleaseWithoutItsRecord(t *testing.T) {
 		t.Error("-del: the release's record was written, or the key deleted")
 	}
 }
+
+// A user without SISMEMBER and DEL takes a free key with SET NX, is
+// refused the check of given-up attempts, and cannot give the key back:
+// the acquisition is a refusal naming SISMEMBER that says the key is left
+// to expire, and the key expires within the lease. Without DEL alone, a
+// plain lock is taken and its release refused (docs/operating.md). Both
+// through the client and through its AutoPipeliner (found by the black-box
+// review of issue 37).
+func TestWithoutDELAndSISMEMBER(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	both, _ := aclUser(t, srv, "nodelsis", "-del", "-sismember")
+	nodel, _ := aclUser(t, srv, "nodel", "-del")
+	for name, s := range map[string]redis.Scripter{"client": both, "AutoPipeliner": autoPipeline(t, both)} {
+		key := "nodelsis:" + name
+		ok, err := NewRedisLock(FromGoRedis(s), key, WithExpiry(2*time.Second)).Acquire()
+		if ok || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "SISMEMBER") || !strings.Contains(err.Error(), "left to expire") {
+			t.Fatalf("%s: Acquire = %v, %v", name, ok, err)
+		}
+		if ttl := admin.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 2*time.Second {
+			t.Fatalf("%s: the key left has PTTL %v, not within its lease", name, ttl)
+		}
+	}
+	for name, s := range map[string]redis.Scripter{"client": nodel, "AutoPipeliner": autoPipeline(t, nodel)} {
+		rl := NewRedisLock(FromGoRedis(s), "nodel:"+name, WithExpiry(2*time.Second))
+		mustAcquire(t, rl)
+		if ok, err := rl.Release(); ok || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "DEL") {
+			t.Fatalf("%s: Release = %v, %v", name, ok, err)
+		}
+		if admin.Get(ctx, "nodel:"+name).Val() != holderID(rl) {
+			t.Fatalf("%s: a refused release changed the key", name)
+		}
+	}
+}
