@@ -136,6 +136,20 @@ func BenchmarkPermitPairs(b *testing.B) {
 	b.ReportMetric(micros(spent[0])/float64(b.N), "lock-µs/pair")
 }
 
+// pairOnce makes one acquire+release pair of rl, and reports whether both
+// succeeded (a failure is b's error).
+func pairOnce(b *testing.B, ctx context.Context, rl *RedisLock) bool {
+	if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
+		b.Error(ok, err)
+		return false
+	}
+	if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
+		b.Error(ok, err)
+		return false
+	}
+	return true
+}
+
 // timePairs makes one acquire+release pair of each lock, adding its time
 // to spent's.
 func timePairs(b *testing.B, locks []*RedisLock, spent []time.Duration) {
@@ -186,12 +200,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			rl := NewRedisLock(FromGoRedis(c), "bench:ours:"+strconv.FormatInt(n.Add(1), 10))
 			for pb.Next() {
-				if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
-					b.Error(ok, err)
-					return
-				}
-				if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
-					b.Error(ok, err)
+				if !pairOnce(b, ctx, rl) {
 					return
 				}
 			}
@@ -217,13 +226,7 @@ func BenchmarkInterleaved(b *testing.B) {
 			return false
 		}
 		t1 := time.Now()
-		rl := NewRedisLock(FromGoRedis(c), key)
-		if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
-			b.Error(ok, err)
-			return false
-		}
-		if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
-			b.Error(ok, err)
+		if !pairOnce(b, ctx, NewRedisLock(FromGoRedis(c), key)) {
 			return false
 		}
 		rawNs.Add(int64(t1.Sub(t0)))
@@ -715,12 +718,7 @@ func BenchmarkSaturated(b *testing.B) {
 						}
 						continue
 					}
-					if ok, err := locks[w].AcquireCtx(ctx); !ok || err != nil {
-						b.Error(ok, err)
-						return
-					}
-					if ok, err := locks[w].ReleaseCtx(ctx); !ok || err != nil {
-						b.Error(ok, err)
+					if !pairOnce(b, ctx, locks[w]) {
 						return
 					}
 				}
@@ -1045,12 +1043,7 @@ func BenchmarkAutoPipeliner(b *testing.B) {
 							}
 							continue
 						}
-						if ok, err := rl.AcquireCtx(ctx); !ok || err != nil {
-							b.Error(ok, err)
-							return
-						}
-						if ok, err := rl.ReleaseCtx(ctx); !ok || err != nil {
-							b.Error(ok, err)
+						if !pairOnce(b, ctx, rl) {
 							return
 						}
 					}
