@@ -727,7 +727,15 @@ func TestFaultRefusals(t *testing.T) {
 				replica := redisserver.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(srv.Port))
 				inject = func() {
 					rc := replica.Client(t)
-					must(t, srv.Client(t).Do(ctx, "WAIT", 1, 5000).Err())
+					// WAIT covers its own connection's writes: a write first,
+					// or it returns at once, the replica maybe still syncing
+					// (Valkey, 2 runs in 16).
+					c := srv.Client(t).Conn() // one connection
+					defer c.Close()
+					must(t, c.Set(ctx, "refused:synced", "1", 0).Err())
+					if n, err := c.Do(ctx, "WAIT", 1, 5000).Int(); n != 1 || err != nil {
+						t.Fatalf("WAIT 1 = %d, %v", n, err)
+					}
 					must(t, rc.SlaveOf(ctx, "NO", "ONE").Err())
 					must(t, srv.Client(t).SlaveOf(ctx, "127.0.0.1", fmt.Sprint(replica.Port)).Err())
 				}
