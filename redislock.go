@@ -54,7 +54,7 @@ func newRedisLock(s Scripter, key string, locker *Locker, opts []Option) *RedisL
 	if o.fair {
 		rl.names.queue, rl.names.waiters = relatedName(key, "queue"), relatedName(key, "waiters")
 		// The counter too, fenced or not: the waiter handed the lock may be.
-		rl.names.release = []string{key, relatedName(key, "releases"), rl.names.queue, rl.names.waiters, relatedName(key, "fence"), holders}
+		rl.names.release = []string{key, rl.names.release[1], rl.names.queue, rl.names.waiters, relatedName(key, "fence"), holders}
 		rl.line, rl.mode = &fairLine{turn: make(chan struct{}, 1)}, fairMode
 	}
 	if o.permits > 0 || o.shared {

@@ -20,10 +20,7 @@ return guarded(function()
         renewed[i] = 0
         local value = get(KEYS[2 * i - 1])
         if named(value) and zscore(2 * i, id) then
-            if not ms then
-                local t = check(redis.pcall("TIME"), "TIME")
-                ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-            end
+            ms = ms or clock()
             need("ZADD", KEYS[2 * i])
             need("PTTL", KEYS[2 * i])
             need("PTTL", KEYS[2 * i - 1])

@@ -45,13 +45,13 @@ local function outlive(lease, ...)
     end
 end
 
-local function holders(k, hk)
+-- clock returns the server's time in ms, and TIME's reply.
+local function clock()
+    local t = check(redis.pcall("TIME"), "TIME")
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
 
-    -- clock returns the server's time in ms, and TIME's reply.
-    local function clock()
-        local t = check(redis.pcall("TIME"), "TIME")
-        return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
-    end
+local function holders(k, hk)
 
     -- score returns the score of member in H (see zscore).
     local function score(member)
